@@ -1,0 +1,37 @@
+# One place for every routine task; CI calls the same targets.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint format typecheck check bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: install  ## the server on :3000 with the offline model and the demo agent
+	$(BIN)/agentstream serve --demo
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: install
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: install
+	$(BIN)/python -m bench

@@ -1,0 +1,1 @@
+"""agentstream: run AI agents and stream everything they do over Server-Sent Events."""

@@ -1,0 +1,62 @@
+"""Agent definitions: model, instructions, tools and limits, from the API or a YAML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+
+__all__ = ["AgentSpec", "AgentUpdate", "load_agents_file"]
+
+AgentId = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,99}$"), Field(examples=["demo"])
+]
+
+
+class AgentUpdate(BaseModel):
+    """The editable part of an agent; every field optional for partial updates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=200)
+    model: str | None = None
+    instructions: str | None = Field(default=None, max_length=100_000)
+    tools: list[str] | None = None
+    reasoning: bool | None = None
+    max_steps: int | None = Field(default=None, ge=1, le=100)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=86_400)
+
+
+class AgentSpec(BaseModel):
+    """An agent: what it runs on, what it is told, what it may call, and its limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: AgentId
+    """URL-safe identifier: lowercase letters, digits, '-' and '_'."""
+    name: str = Field(default="", max_length=200)
+    model: str = "offline"
+    """A model name from the registry (``GET /api/models``)."""
+    instructions: str = Field(default="You are a helpful assistant.", max_length=100_000)
+    tools: list[str] = Field(default_factory=list)
+    """Names of registered tools the agent may call."""
+    reasoning: bool = False
+    """Request the model's reasoning by default; a run request may override it."""
+    max_steps: int = Field(default=8, ge=1, le=100)
+    """Model turns per run before it stops with an error."""
+    timeout_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    """Execution timeout: past it the run ends with status ``timeout``."""
+
+    def updated(self, update: AgentUpdate) -> AgentSpec:
+        return self.model_copy(update=update.model_dump(exclude_unset=True))
+
+
+_AgentList = TypeAdapter(list[AgentSpec])
+
+
+def load_agents_file(path: Path) -> list[AgentSpec]:
+    """Agents from a YAML file: ``agents:`` followed by a list of agent definitions."""
+    document: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _AgentList.validate_python(document.get("agents", []))

@@ -1,0 +1,49 @@
+"""Settings, from ``AGENTSTREAM_*`` environment variables or a ``.env`` file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTSTREAM_", env_file=".env", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 3000
+    data_dir: Path = Path(".agentstream")
+    """Where the SQLite database and the demo key live."""
+    database_url: str | None = None
+    """SQLAlchemy async URL, e.g. ``postgresql+asyncpg://user@host/db``.
+
+    Default: SQLite in ``data_dir``."""
+    agents_file: Path | None = None
+    """A YAML file of agent definitions loaded (created or updated) at start-up."""
+    demo: bool = False
+    """Seed the demo agent and a demo API key, and pace the offline model like a real one."""
+    keepalive_seconds: float = Field(default=30.0, gt=0)
+    """Send a ``: keepalive`` comment after this long without an event."""
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    """Larger request bodies are refused with 413."""
+    offline_token_delay: float | None = Field(default=None, ge=0)
+    """Seconds between the offline model's tokens; default 0.02 in demo mode, else 0."""
+    run_retention_seconds: float = Field(default=300.0, ge=0)
+    """How long a finished run's live log (deltas included) stays available to late viewers."""
+
+    @property
+    def database(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'agentstream.db'}"
+
+    @property
+    def token_delay(self) -> float:
+        if self.offline_token_delay is not None:
+            return self.offline_token_delay
+        return 0.02 if self.demo else 0.0
+
+    @property
+    def demo_key_file(self) -> Path:
+        return self.data_dir / "demo-key"

@@ -1,0 +1,101 @@
+"""The exceptions agentstream raises, under one root.
+
+AgentstreamError
+├── UserError            the caller asked for something invalid (HTTP 4xx)
+│   ├── NotFound         404: no such agent, run or session
+│   └── Conflict         409: valid, but not now (e.g. the session is busy)
+├── RunError             a run could not produce an answer
+│   └── MaxStepsExceeded the agent kept calling tools past its step limit
+└── ClientError          the SDK (agentstream.client) got no usable answer
+    ├── APIConnectionError   the server could not be reached, or dropped the connection
+    └── APIStatusError       the server refused: status_code, message, body, headers
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "AgentstreamError",
+    "ClientError",
+    "Conflict",
+    "MaxStepsExceeded",
+    "NotFound",
+    "RunError",
+    "UserError",
+]
+
+
+class AgentstreamError(Exception):
+    """Root of every agentstream exception."""
+
+
+class UserError(AgentstreamError):
+    """Misuse: the request, not the system, is at fault. ``field`` names the culprit."""
+
+    status_code = 422
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class NotFound(UserError):
+    status_code = 404
+
+
+class Conflict(UserError):
+    status_code = 409
+
+
+class RunError(AgentstreamError):
+    """A run failed; the message is what the run's ``error`` event says."""
+
+
+class MaxStepsExceeded(RunError):
+    pass
+
+
+class ClientError(AgentstreamError):
+    """The Python SDK could not get a usable answer from the server."""
+
+
+class APIConnectionError(ClientError):
+    """The server at ``url`` could not be reached, or the connection broke mid-stream."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.url = url
+
+
+class APIStatusError(ClientError):
+    """The server answered with an HTTP error; ``message`` is its ``error.message``."""
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.body = body
+        """The decoded JSON error body (``{"error": {"code", "message", "field"}}``), or text."""
+        self.headers = dict(headers or {})
+
+    @property
+    def code(self) -> str | None:
+        """The body's ``error.code`` (e.g. ``unauthorized``, ``not_found``), if any."""
+        error = self.body.get("error") if isinstance(self.body, dict) else None
+        return error.get("code") if isinstance(error, dict) else None
+
+    def __str__(self) -> str:
+        return f"{self.status_code}: {self.message}"

@@ -1,0 +1,217 @@
+"""The canonical event vocabulary: everything a run does, in one sequence-numbered stream.
+
+The runtime emits only these; views translate them into each surface's frames and the
+store keeps the persisted ones. Token deltas are forwarded-only (``persisted = False``):
+they are never written to the database, the assembled text is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, TypeAdapter
+
+__all__ = [
+    "BaseEvent",
+    "Event",
+    "EventAdapter",
+    "Reasoning",
+    "ReasoningDelta",
+    "RunCompleted",
+    "RunFailed",
+    "RunStarted",
+    "StepCompleted",
+    "StepStarted",
+    "Text",
+    "TextDelta",
+    "TextRetracted",
+    "ToolCall",
+    "ToolResult",
+    "Usage",
+]
+
+ToolStatus = Literal["success", "error", "cancelled"]
+FailureStatus = Literal["error", "timeout", "cancelled", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token counts reported by the model, summed over a run's turns."""
+
+    input_tokens: int = 0
+    """Tokens the model read."""
+    output_tokens: int = 0
+    """Tokens the model wrote, reasoning included."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BaseEvent:
+    """Fields every event carries."""
+
+    persisted: ClassVar[bool] = True
+
+    run_id: str
+    """The run this event belongs to."""
+    seq: int
+    """Position in the run, from 1, strictly increasing: what subscribers resume from."""
+    ts: float
+    """Unix time at emission."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepScoped(BaseEvent):
+    step: int
+    """The agent step (one model turn and its tool calls), from 1."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(BaseEvent):
+    """The run was accepted and is executing."""
+
+    type: Literal["run_started"] = "run_started"
+    agent_id: str
+    """The agent being run."""
+    session_id: str
+    """The conversation this run continues; pass it back for the next turn."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted(_StepScoped):
+    """A model turn begins."""
+
+    type: Literal["step_started"] = "step_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta(_StepScoped):
+    """A piece of the model's reasoning, live."""
+
+    persisted: ClassVar[bool] = False
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    delta: str
+    """The new reasoning text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reasoning(_StepScoped):
+    """The step's whole reasoning, assembled: what replay shows of the model's thinking."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+    """The assembled reasoning of this step."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta(_StepScoped):
+    """A piece of answer text, live; provisional until the turn settles."""
+
+    persisted: ClassVar[bool] = False
+    type: Literal["text_delta"] = "text_delta"
+    delta: str
+    """The new text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextRetracted(_StepScoped):
+    """The turn resolved to tool calls: the text streamed in this step was preamble, not answer."""
+
+    persisted: ClassVar[bool] = False
+    type: Literal["text_retracted"] = "text_retracted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Text(_StepScoped):
+    """The settled text of a final turn (one that called no tools)."""
+
+    type: Literal["text"] = "text"
+    text: str
+    """The turn's whole answer text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall(_StepScoped):
+    """The model called a tool; arguments are complete and parsed."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    """Pairs this call with its ``ToolResult``."""
+    tool_name: str
+    """The tool called."""
+    arguments: dict[str, Any]
+    """The arguments as the model sent them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult(_StepScoped):
+    """A tool call settled: with a result, an error for the model, or cancelled."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    """The ``ToolCall`` this settles."""
+    tool_name: str
+    """The tool called."""
+    status: ToolStatus
+    """How the call settled."""
+    result: Any = None
+    """The tool's JSON-able return value, or the error message shown to the model."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted(_StepScoped):
+    """The model turn and all its tool calls have settled."""
+
+    type: Literal["step_completed"] = "step_completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted(BaseEvent):
+    """The run finished with an answer. Always the last event of a successful run."""
+
+    type: Literal["run_completed"] = "run_completed"
+    content: str
+    """The final answer: final-turn text only, never preamble."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens used over the whole run."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailed(BaseEvent):
+    """The run ended without an answer. Always the last event of an unsuccessful run."""
+
+    type: Literal["run_failed"] = "run_failed"
+    status: FailureStatus
+    """Why: an error, the execution timeout, a cancel, or a server stop."""
+    message: str
+    """What happened, for a person."""
+
+
+Event = Annotated[
+    RunStarted
+    | StepStarted
+    | ReasoningDelta
+    | Reasoning
+    | TextDelta
+    | TextRetracted
+    | Text
+    | ToolCall
+    | ToolResult
+    | StepCompleted
+    | RunCompleted
+    | RunFailed,
+    Field(discriminator="type"),
+]
+"""Any canonical event."""
+
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
+"""Validates and serialises events, e.g. to and from the store's JSON."""

@@ -1,0 +1,127 @@
+"""The one interface every model provider implements: a request in, a stream of parts out.
+
+Each provider adapts its API's stream to these parts; the agent loop sees nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agentstream.events import Usage
+
+__all__ = [
+    "Message",
+    "Model",
+    "ModelPart",
+    "ModelRequest",
+    "ReasoningPart",
+    "RequestedToolCall",
+    "TextPart",
+    "ToolCallArgsPart",
+    "ToolCallEndPart",
+    "ToolCallStartPart",
+    "ToolSpec",
+    "TurnEndPart",
+    "UsagePart",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+StopReason = Literal["end_turn", "tool_calls", "max_tokens"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestedToolCall:
+    """A tool call the model made in an earlier turn, replayed to it as history."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One entry of the conversation the model sees."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[RequestedToolCall, ...] = ()
+    """For assistant turns that called tools."""
+    tool_call_id: str | None = None
+    """For tool results: the call answered."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    reasoning: bool = False
+    """Ask for the model's reasoning (where the model exposes it)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStartPart:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgsPart:
+    id: str
+    delta: str
+    """A piece of the arguments' JSON text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEndPart:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePart:
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEndPart:
+    stop_reason: StopReason
+
+
+ModelPart = (
+    TextPart
+    | ReasoningPart
+    | ToolCallStartPart
+    | ToolCallArgsPart
+    | ToolCallEndPart
+    | UsagePart
+    | TurnEndPart
+)
+
+
+class Model(Protocol):
+    """A model: streams one turn. Closing the generator early must close the provider stream."""
+
+    name: str
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]: ...

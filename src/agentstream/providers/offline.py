@@ -1,0 +1,167 @@
+"""The built-in offline model: a deterministic, rule-based stand-in for a real LLM.
+
+It needs no network or key, so the demo and every test run anywhere. It reads the last
+user message, calls the agent's tools when the message asks for arithmetic or the time,
+answers from the tool results, thinks aloud when reasoning is requested, and streams
+token by token at a configurable pace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator, Sequence
+
+import anyio
+import anyio.lowlevel
+
+from agentstream.events import Usage
+from agentstream.providers.base import (
+    Message,
+    ModelPart,
+    ModelRequest,
+    ReasoningPart,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    ToolSpec,
+    TurnEndPart,
+    UsagePart,
+)
+
+__all__ = ["OfflineModel"]
+
+_TOKEN = re.compile(r"\s*\S+")
+_ARITHMETIC = re.compile(r"[-+(]*\d[\d.,]*(?:\s*[-+*/×÷^%]+\s*[-+(]*\d[\d.,]*\)*)+")
+_TIME_WORDS = re.compile(r"\b(time|date|clock|today|day is it)\b", re.IGNORECASE)
+_RECALL = re.compile(r"\b(earlier|before|previous(ly)?)\b", re.IGNORECASE)
+_WORD_COUNT = re.compile(r"\b(?:write|stream|say)\s+(\d{1,6})\s+(?:words|tokens)\b", re.IGNORECASE)
+
+
+def tokens(text: str) -> list[str]:
+    """Split text the way the offline model streams it: one word and its leading space."""
+    return _TOKEN.findall(text)
+
+
+class OfflineModel:
+    """Rule-based model. ``token_delay`` is the pause before each token, in seconds."""
+
+    def __init__(self, *, name: str = "offline", token_delay: float = 0.0) -> None:
+        self.name = name
+        self.token_delay = token_delay
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
+        asked = _user_messages(request.messages)
+        question = asked[-1] if asked else ""
+        results = _tool_results_since_user(request.messages)
+        calls = [] if results else _tool_calls_for(question, request.tools)
+        emitted = 0
+
+        if request.reasoning:
+            for token in tokens(_reasoning(question, calls, results)):
+                await self._pace()
+                emitted += 1
+                yield ReasoningPart(token)
+
+        if calls:
+            names = " and the ".join(name for name, _ in calls)
+            text = f"Let me use the {names} tool."
+        else:
+            text = _answer(question, asked[:-1], results)
+        for token in tokens(text):
+            await self._pace()
+            emitted += 1
+            yield TextPart(token)
+
+        for index, (name, arguments) in enumerate(calls, start=1):
+            call_id = f"call_{len(request.messages)}_{index}"
+            yield ToolCallStartPart(call_id, name)
+            encoded = json.dumps(arguments)
+            for piece in (encoded[: len(encoded) // 2], encoded[len(encoded) // 2 :]):
+                await self._pace()
+                emitted += 1
+                yield ToolCallArgsPart(call_id, piece)
+            yield ToolCallEndPart(call_id)
+
+        prompt_tokens = sum(len(tokens(m.content)) for m in request.messages)
+        yield UsagePart(Usage(input_tokens=prompt_tokens, output_tokens=emitted))
+        yield TurnEndPart("tool_calls" if calls else "end_turn")
+
+    async def _pace(self) -> None:
+        if self.token_delay > 0:
+            await anyio.sleep(self.token_delay)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+
+def _user_messages(messages: Sequence[Message]) -> list[str]:
+    return [m.content for m in messages if m.role == "user"]
+
+
+def _tool_results_since_user(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """(tool name, result text) for each tool result after the last user message."""
+    names: dict[str, str] = {}
+    results: list[tuple[str, str]] = []
+    for message in messages:
+        if message.role == "user":
+            names.clear()
+            results.clear()
+        for call in message.tool_calls:
+            names[call.id] = call.name
+        if message.role == "tool" and message.tool_call_id is not None:
+            results.append((names.get(message.tool_call_id, "tool"), message.content))
+    return results
+
+
+def _tool_calls_for(question: str, tools: Sequence[ToolSpec]) -> list[tuple[str, dict[str, str]]]:
+    available = {tool.name for tool in tools}
+    calls: list[tuple[str, dict[str, str]]] = []
+    if "calculator" in available and (match := _ARITHMETIC.search(question)):
+        calls.append(("calculator", {"expression": match.group().strip()}))
+    if "current_time" in available and _TIME_WORDS.search(question):
+        calls.append(("current_time", {"timezone": "UTC"}))
+    return calls
+
+
+def _reasoning(
+    question: str, calls: Sequence[tuple[str, dict[str, str]]], results: Sequence[tuple[str, str]]
+) -> str:
+    if results:
+        return "I have the tool results now, so I can answer directly from them."
+    if calls:
+        plan = "; ".join(f"{name} with {json.dumps(args)}" for name, args in calls)
+        return f"The user asks: {question!r}. I should not guess, so I will call {plan}."
+    return f"The user says: {question!r}. No tool is needed; I will answer directly."
+
+
+def _answer(question: str, earlier: Sequence[str], results: Sequence[tuple[str, str]]) -> str:
+    if results:
+        return " ".join(_describe(name, result) for name, result in results)
+    if _RECALL.search(question):
+        if earlier:
+            return f"Earlier you asked: {earlier[-1]!r}."
+        return "This is the start of our conversation."
+    if match := _WORD_COUNT.search(question):
+        count = int(match.group(1))
+        return " ".join(f"word{i}" for i in range(1, count + 1))
+    if re.search(r"\b(hi|hello|hey)\b", question, re.IGNORECASE):
+        return "Hi! I'm the offline demo model, a rule-based stand-in for a real LLM."
+    return (
+        f"You said: {question.strip()!r}. I'm the offline demo model, a rule-based stand-in "
+        "for a real LLM: ask me some arithmetic or the time to see tools at work."
+    )
+
+
+def _describe(name: str, result: str) -> str:
+    try:
+        value = json.loads(result)
+    except ValueError:
+        value = result
+    if isinstance(value, dict) and "error" in value:
+        return f"The {name} tool failed: {value['error']}"
+    if name == "calculator":
+        return f"The answer is {value}."
+    if name == "current_time":
+        return f"The current time is {value}."
+    return f"The {name} tool returned {value}."

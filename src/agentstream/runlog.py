@@ -1,0 +1,101 @@
+"""The live log of runs: events in seq order, readable from any seq by any number of viewers.
+
+A run writes here whether or not anyone watches; an HTTP connection only subscribes. This
+is the in-process implementation; the log outlives its run for ``retention`` seconds so a
+late or reconnecting viewer still gets the live-only events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from agentstream.events import BaseEvent
+
+__all__ = ["RunLog", "Subscription"]
+
+
+class _RunStream:
+    __slots__ = ("closed", "events", "subscribers")
+
+    def __init__(self) -> None:
+        self.events: list[BaseEvent] = []
+        self.closed = False
+        self.subscribers: set[Subscription] = set()
+
+    def notify(self) -> None:
+        for subscriber in self.subscribers:
+            subscriber.wake.set()
+
+
+class Subscription:
+    """One viewer's cursor into a run's events."""
+
+    def __init__(self, stream: _RunStream, after: int) -> None:
+        self._stream = stream
+        self._cursor = _index_after(stream.events, after)
+        self.wake = asyncio.Event()
+
+    @property
+    def finished(self) -> bool:
+        """True once the run has ended and every event has been read."""
+        return self._stream.closed and self._cursor >= len(self._stream.events)
+
+    async def next_batch(self) -> list[BaseEvent]:
+        """Every event not yet read, waiting for at least one; ``[]`` once finished.
+
+        Safe to cancel: nothing is consumed until the wait is over.
+        """
+        stream = self._stream
+        while self._cursor >= len(stream.events) and not stream.closed:
+            self.wake.clear()
+            await self.wake.wait()
+        batch = stream.events[self._cursor :]
+        self._cursor += len(batch)
+        return batch
+
+    async def __aiter__(self) -> AsyncIterator[BaseEvent]:
+        while batch := await self.next_batch():
+            for event in batch:
+                yield event
+
+    def close(self) -> None:
+        self._stream.subscribers.discard(self)
+
+
+class RunLog:
+    """All live runs of this process."""
+
+    def __init__(self, *, retention: float = 300.0) -> None:
+        self._runs: dict[str, _RunStream] = {}
+        self._retention = retention
+
+    def open(self, run_id: str) -> None:
+        self._runs[run_id] = _RunStream()
+
+    def append(self, event: BaseEvent) -> None:
+        stream = self._runs[event.run_id]
+        stream.events.append(event)
+        stream.notify()
+
+    def close(self, run_id: str) -> None:
+        """The run ended: subscribers drain and stop; the log is dropped after retention."""
+        stream = self._runs[run_id]
+        stream.closed = True
+        stream.notify()
+        asyncio.get_running_loop().call_later(self._retention, self._runs.pop, run_id, None)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> Subscription:
+        """Follow a run from the first event with ``seq > after``. KeyError if not in the log."""
+        stream = self._runs[run_id]
+        subscription = Subscription(stream, after)
+        stream.subscribers.add(subscription)
+        return subscription
+
+
+def _index_after(events: list[BaseEvent], after: int) -> int:
+    """Seqs are 1, 2, 3... so the first event after ``after`` sits at that index."""
+    return min(max(after, 0), len(events))

@@ -1,0 +1,200 @@
+"""The agent loop: model turn, tool calls, results, next turn, until an answer or the step limit.
+
+Text streamed in a turn that ends in tool calls was preamble: it is retracted, and never
+enters the answer, the memory or the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from agentstream.agents import AgentSpec
+from agentstream.errors import MaxStepsExceeded
+from agentstream.events import (
+    Reasoning,
+    ReasoningDelta,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
+)
+from agentstream.providers.base import (
+    Message,
+    Model,
+    ModelRequest,
+    ReasoningPart,
+    RequestedToolCall,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    ToolSpec,
+    TurnEndPart,
+    UsagePart,
+)
+from agentstream.runtime.context import RunContext
+from agentstream.runtime.tools import Tool, ToolOutcome
+
+__all__ = ["AgentAnswer", "run_agent"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAnswer:
+    content: str
+    memory: list[Message]
+    """What this run adds to its session: the user message, tool exchanges, the answer."""
+
+
+@dataclass(slots=True)
+class _Turn:
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    """Tool calls in the order started: name and argument pieces by call id."""
+    reasoning_emitted: bool = False
+
+
+async def run_agent(
+    ctx: RunContext,
+    agent: AgentSpec,
+    model: Model,
+    tools: Sequence[Tool],
+    *,
+    history: Sequence[Message],
+    message: str,
+    reasoning: bool,
+) -> AgentAnswer:
+    by_name = {tool.name: tool for tool in tools}
+    specs = [
+        ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools
+    ]
+    user = Message(role="user", content=message)
+    messages = [Message(role="system", content=agent.instructions), *history, user]
+    memory = [user]
+
+    for step in range(1, agent.max_steps + 1):
+        await ctx.emit(StepStarted, step=step)
+        request = ModelRequest(messages=tuple(messages), tools=specs, reasoning=reasoning)
+        turn = await _model_turn(ctx, step, model, request)
+        text = "".join(turn.text)
+
+        if not turn.calls:
+            await ctx.emit(Text, step=step, text=text)
+            await ctx.emit(StepCompleted, step=step)
+            memory.append(Message(role="assistant", content=text))
+            return AgentAnswer(content=text, memory=memory)
+
+        if text:
+            await ctx.emit(TextRetracted, step=step)
+        calls = [
+            _parse_call(call_id, name, pieces) for call_id, (name, pieces) in turn.calls.items()
+        ]
+        exchange = [Message(role="assistant", tool_calls=tuple(call for call, _ in calls))]
+        for call, _ in calls:
+            await ctx.emit(
+                ToolCall, step=step, call_id=call.id, tool_name=call.name, arguments=call.arguments
+            )
+            ctx.open_tool_calls[call.id] = (step, call.name)
+        outcomes = await _call_tools(ctx, step, by_name, calls)
+        exchange += [
+            Message(role="tool", content=_for_model(outcome), tool_call_id=call.id)
+            for (call, _), outcome in zip(calls, outcomes, strict=True)
+        ]
+        messages += exchange
+        memory += exchange
+        await ctx.emit(StepCompleted, step=step)
+
+    raise MaxStepsExceeded(
+        f"The agent reached its limit of {agent.max_steps} steps without an answer"
+    )
+
+
+async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRequest) -> _Turn:
+    """Stream one turn, forwarding deltas live. On cancel, closing the iterator closes the
+    provider's stream."""
+    turn = _Turn()
+    async with aclosing(model.stream(request)) as parts:
+        async for part in parts:
+            match part:
+                case ReasoningPart(delta):
+                    turn.reasoning.append(delta)
+                    await ctx.emit(ReasoningDelta, step=step, delta=delta)
+                case TextPart(delta):
+                    await _settle_reasoning(ctx, step, turn)
+                    turn.text.append(delta)
+                    await ctx.emit(TextDelta, step=step, delta=delta)
+                case ToolCallStartPart(call_id, name):
+                    await _settle_reasoning(ctx, step, turn)
+                    turn.calls[call_id] = (name, [])
+                case ToolCallArgsPart(call_id, delta):
+                    turn.calls[call_id][1].append(delta)
+                case UsagePart(usage):
+                    ctx.usage += usage
+                case ToolCallEndPart() | TurnEndPart():
+                    pass
+    await _settle_reasoning(ctx, step, turn)
+    return turn
+
+
+async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:
+    """The reasoning segment ended: persist it whole, once."""
+    if turn.reasoning and not turn.reasoning_emitted:
+        turn.reasoning_emitted = True
+        await ctx.emit(Reasoning, step=step, text="".join(turn.reasoning))
+
+
+def _parse_call(call_id: str, name: str, pieces: list[str]) -> tuple[RequestedToolCall, str | None]:
+    """The call with its arguments, and why they are unusable if they are."""
+    raw = "".join(pieces) or "{}"
+    try:
+        arguments: Any = json.loads(raw)
+    except ValueError as exc:
+        return RequestedToolCall(
+            id=call_id, name=name, arguments={}
+        ), f"Arguments are not JSON: {exc}"
+    if not isinstance(arguments, dict):
+        return RequestedToolCall(id=call_id, name=name, arguments={}), "Arguments must be an object"
+    return RequestedToolCall(id=call_id, name=name, arguments=arguments), None
+
+
+async def _call_tools(
+    ctx: RunContext,
+    step: int,
+    tools: dict[str, Tool],
+    calls: Sequence[tuple[RequestedToolCall, str | None]],
+) -> list[ToolOutcome]:
+    """Run the turn's tool calls concurrently; each result is emitted as it settles."""
+    outcomes: list[ToolOutcome] = [ToolOutcome() for _ in calls]
+
+    async def call_one(index: int, call: RequestedToolCall, error: str | None) -> None:
+        if error is None and call.name not in tools:
+            error = f"Unknown tool {call.name!r}; available: {', '.join(sorted(tools)) or 'none'}"
+        outcome = ToolOutcome(error=error) if error else await tools[call.name].call(call.arguments)
+        outcomes[index] = outcome
+        await ctx.emit(
+            ToolResult,
+            step=step,
+            call_id=call.id,
+            tool_name=call.name,
+            status="success" if outcome.ok else "error",
+            result=outcome.result if outcome.ok else outcome.error,
+        )
+        del ctx.open_tool_calls[call.id]
+
+    async with anyio.create_task_group() as group:
+        for index, (call, error) in enumerate(calls):
+            group.start_soon(call_one, index, call, error)
+    return outcomes
+
+
+def _for_model(outcome: ToolOutcome) -> str:
+    return json.dumps(outcome.result if outcome.ok else {"error": outcome.error}, default=str)

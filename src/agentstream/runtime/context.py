@@ -1,0 +1,43 @@
+"""The per-run emitter: stamps each event with its seq and time, persists, then publishes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar
+
+import anyio
+
+from agentstream.events import BaseEvent, Usage
+from agentstream.runlog import RunLog
+from agentstream.store import Store
+
+__all__ = ["RunContext"]
+
+E = TypeVar("E", bound=BaseEvent)
+
+
+class RunContext:
+    """What the runtime needs of the outside world while a run executes."""
+
+    def __init__(self, run_id: str, *, log: RunLog, store: Store) -> None:
+        self.run_id = run_id
+        self.usage = Usage()
+        self.open_tool_calls: dict[str, tuple[int, str]] = {}
+        """Tool calls announced but not settled: (step, tool name) by call id."""
+        self._log = log
+        self._store = store
+        self._seq = 0
+
+    async def emit(self, kind: type[E], /, **fields: Any) -> E:
+        """Create the next event of this run and deliver it.
+
+        A persisted event is in the database before any viewer sees it, so whatever a
+        viewer saw can be replayed; the write is shielded so a cancel cannot tear it.
+        """
+        self._seq += 1
+        event = kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
+        if kind.persisted:
+            with anyio.CancelScope(shield=True):
+                await self._store.append_event(event)
+        self._log.append(event)
+        return event

@@ -1,0 +1,110 @@
+"""The native agent API: define agents, run them with a live SSE stream (spec 002)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentstream.agents import AgentSpec, AgentUpdate
+from agentstream.errors import Conflict, NotFound
+from agentstream.server.auth import require_api_key
+from agentstream.server.frames import native_chunks
+from agentstream.server.services import Services, services
+from agentstream.server.streaming import EventStreamResponse
+from agentstream.store.store import StoredAgent
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/agents", tags=["agents"], dependencies=[Depends(require_api_key)])
+Svc = Annotated[Services, Depends(services)]
+
+
+class RunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(min_length=1, max_length=200_000)
+    """The user's message."""
+    session_id: str | None = Field(default=None, max_length=40)
+    """Continue this conversation (from an earlier run's ``start`` event)."""
+    reasoning: bool | None = None
+    """Request the model's reasoning (``reasoning_delta`` / ``reasoning``); default: the agent's."""
+
+
+class AgentOut(BaseModel):
+    agent: AgentSpec
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+def _out(stored: StoredAgent) -> AgentOut:
+    return AgentOut(
+        agent=stored.spec,
+        version=stored.version,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+    )
+
+
+async def _agent(svc: Services, agent_id: str) -> StoredAgent:
+    stored = await svc.store.get_agent(agent_id)
+    if stored is None:
+        raise NotFound(f"No agent {agent_id!r}", field="agent_id")
+    return stored
+
+
+@router.get("")
+async def list_agents(svc: Svc) -> list[AgentOut]:
+    return [_out(agent) for agent in await svc.store.list_agents()]
+
+
+@router.post("", status_code=201)
+async def create_agent(spec: AgentSpec, svc: Svc) -> AgentOut:
+    svc.runs.check_agent(spec)
+    if await svc.store.get_agent(spec.id) is not None:
+        raise Conflict(f"Agent {spec.id!r} exists; PATCH it to change it", field="id")
+    return _out(await svc.store.put_agent(spec))
+
+
+@router.get("/{agent_id}")
+async def get_agent(agent_id: str, svc: Svc) -> AgentOut:
+    return _out(await _agent(svc, agent_id))
+
+
+@router.patch("/{agent_id}")
+async def update_agent(agent_id: str, update: AgentUpdate, svc: Svc) -> AgentOut:
+    spec = (await _agent(svc, agent_id)).spec.updated(update)
+    svc.runs.check_agent(spec)
+    return _out(await svc.store.put_agent(spec))
+
+
+@router.delete("/{agent_id}", status_code=204)
+async def delete_agent(agent_id: str, svc: Svc) -> Response:
+    if not await svc.store.delete_agent(agent_id):
+        raise NotFound(f"No agent {agent_id!r}", field="agent_id")
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{agent_id}/run/stream",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Agent events"}},
+)
+async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
+    """Run the agent and stream its events. Disconnecting cancels the run."""
+    agent = await _agent(svc, agent_id)
+    run = await svc.runs.start(
+        agent, body.message, session_id=body.session_id, reasoning=body.reasoning
+    )
+    subscription = svc.runs.log.subscribe(run.run_id)
+
+    def cancel() -> None:
+        subscription.close()
+        svc.runs.cancel(run.run_id, "Client cancelled request")
+
+    return EventStreamResponse(
+        native_chunks(subscription), keepalive=svc.settings.keepalive_seconds, on_disconnect=cancel
+    )

@@ -1,0 +1,108 @@
+"""Every refusal is JSON that names the problem: ``{"error": {"code", "message", "field"}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentstream.errors import UserError
+
+__all__ = ["BodyLimit", "error_response", "install_error_handlers"]
+
+
+def error_response(
+    status: int, code: str, message: str, *, field: str | None = None, details: Any = None
+) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message, "field": field}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status)
+
+
+def _field(location: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [{"field": _field(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+    if any(e["type"] == "json_invalid" for e in exc.errors()):
+        return error_response(
+            400, "invalid_json", "The request body is not valid JSON", field="body"
+        )
+    first = details[0]
+    return error_response(
+        422,
+        "invalid_request",
+        f"{first['field']}: {first['message']}",
+        field=first["field"],
+        details=details,
+    )
+
+
+async def _user_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UserError)
+    code = {404: "not_found", 409: "conflict"}.get(exc.status_code, "invalid_request")
+    return error_response(exc.status_code, code, exc.message, field=exc.field)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400:  # the framework could not decode the body (e.g. not UTF-8)
+        return error_response(
+            400, "invalid_body", f"{exc.detail}: send a UTF-8 encoded JSON object", field="body"
+        )
+    if exc.status_code == 413:
+        return error_response(413, "body_too_large", str(exc.detail), field="body")
+    codes = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
+    response = error_response(
+        exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)
+    )
+    response.headers.update(exc.headers or {})
+    return response
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(HTTPException, _http_error)
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with a JSON 413, declared or streamed.
+
+    (FastAPI's own ``max_body_size`` answers a too-large Content-Length in plain text.)
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = error_response(
+                413, "body_too_large", f"The request body exceeds {self.limit} bytes", field="body"
+            )
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def receive_within_limit() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise HTTPException(413, f"The request body exceeds {self.limit} bytes")
+            return message
+
+        await self.app(scope, receive_within_limit, send)

@@ -1,0 +1,83 @@
+"""An SSE response that streams, keeps alive and notices disconnects, whichever comes first.
+
+Starlette's StreamingResponse cannot send a keepalive while its iterator waits, nor tell
+us the client left; this response can. Headers follow what proxies need to not buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from agentstream import sse
+
+__all__ = ["SSE_HEADERS", "EventStreamResponse"]
+
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+_KEEPALIVE = sse.comment("keepalive").encode()
+
+
+class EventStreamResponse(Response):
+    """Send what ``next_chunk`` returns until it returns None.
+
+    ``next_chunk`` must be safe to cancel while it waits (it is, for a run subscription),
+    because a keepalive interval elapsing cancels the wait and sends a comment instead.
+    If the client goes away first, ``on_disconnect`` is called.
+    """
+
+    def __init__(
+        self,
+        next_chunk: Callable[[], Awaitable[bytes | None]],
+        *,
+        keepalive: float,
+        on_disconnect: Callable[[], object] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self._next_chunk = next_chunk
+        self._keepalive = keepalive
+        self._on_disconnect = on_disconnect
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**SSE_HEADERS, **(headers or {})})
+        self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        disconnected = False
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected = True
+            group.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch_disconnect)
+            await self._stream(send)
+            group.cancel_scope.cancel()
+
+        if disconnected:
+            if self._on_disconnect is not None:
+                self._on_disconnect()
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _stream(self, send: Send) -> None:
+        while True:
+            chunk: bytes | None = b""
+            with anyio.move_on_after(self._keepalive):
+                chunk = await self._next_chunk()
+            if chunk is None:
+                return
+            await send(
+                {"type": "http.response.body", "body": chunk or _KEEPALIVE, "more_body": True}
+            )

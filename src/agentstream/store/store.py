@@ -1,0 +1,307 @@
+"""The store: a few async methods over SQLAlchemy, the same for SQLite and PostgreSQL.
+
+Writes are few and coarse by design: one row per run, one per persisted event, and the
+run's outcome with its conversation memory in one transaction at the end. Token deltas
+never come here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, delete, event, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from agentstream.agents import AgentSpec
+from agentstream.events import BaseEvent, Event, EventAdapter, Usage
+from agentstream.providers.base import Message, RequestedToolCall
+from agentstream.store.tables import (
+    AgentRow,
+    ApiKeyRow,
+    MessageRow,
+    RunEventRow,
+    RunRow,
+    SessionRow,
+)
+
+__all__ = ["RunRecord", "Store", "StoredAgent"]
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAgent:
+    spec: AgentSpec
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    agent_id: str
+    agent_version: int
+    session_id: str
+    status: str
+    input: str
+    content: str | None
+    error: str | None
+    usage: Usage
+    reasoning_requested: bool
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class Store:
+    """Agents, API keys, sessions with their messages, runs and their persisted events."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._session = async_sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """Connect and bring the schema to the latest migration."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url)
+        if parsed.get_backend_name() == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        async with engine.begin() as connection:
+            await connection.run_sync(_upgrade)
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # API keys
+
+    async def create_api_key(self, name: str) -> str:
+        """A new key; only its digest is kept, so this is the one time it can be read."""
+        key = "as_" + secrets.token_urlsafe(24)
+        async with self._session.begin() as db:
+            db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=_now()))
+        return key
+
+    async def is_api_key(self, key: str) -> bool:
+        async with self._session() as db:
+            found = await db.scalar(select(ApiKeyRow.id).where(ApiKeyRow.digest == _digest(key)))
+        return found is not None
+
+    # Agents
+
+    async def put_agent(self, spec: AgentSpec) -> StoredAgent:
+        """Create the agent, or replace it with a new version if its definition changed."""
+        async with self._session.begin() as db:
+            row = await db.get(AgentRow, spec.id, with_for_update=True)
+            definition = spec.model_dump(mode="json")
+            if row is None:
+                row = AgentRow(id=spec.id, version=1, spec=definition, created_at=_now())
+                row.updated_at = row.created_at
+                db.add(row)
+            elif row.spec != definition:
+                row.version += 1
+                row.spec = definition
+                row.updated_at = _now()
+        return _stored_agent(row)
+
+    async def get_agent(self, agent_id: str) -> StoredAgent | None:
+        async with self._session() as db:
+            row = await db.get(AgentRow, agent_id)
+        return None if row is None else _stored_agent(row)
+
+    async def list_agents(self) -> list[StoredAgent]:
+        async with self._session() as db:
+            rows = await db.scalars(select(AgentRow).order_by(AgentRow.id))
+            return [_stored_agent(row) for row in rows]
+
+    async def delete_agent(self, agent_id: str) -> bool:
+        async with self._session.begin() as db:
+            result = await db.execute(delete(AgentRow).where(AgentRow.id == agent_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    # Sessions and runs
+
+    async def session_agent(self, session_id: str) -> str | None:
+        """The agent a session belongs to, or None if there is no such session."""
+        async with self._session() as db:
+            return await db.scalar(select(SessionRow.agent_id).where(SessionRow.id == session_id))
+
+    async def history(self, session_id: str) -> list[Message]:
+        async with self._session() as db:
+            rows = await db.scalars(
+                select(MessageRow)
+                .where(MessageRow.session_id == session_id)
+                .order_by(MessageRow.id)
+            )
+            return [_message(row) for row in rows]
+
+    async def create_run(
+        self,
+        *,
+        run_id: str,
+        agent: StoredAgent,
+        session_id: str,
+        new_session: bool,
+        input: str,
+        reasoning_requested: bool,
+    ) -> None:
+        async with self._session.begin() as db:
+            if new_session:
+                db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=_now()))
+                await db.flush()
+            db.add(
+                RunRow(
+                    id=run_id,
+                    agent_id=agent.spec.id,
+                    agent_version=agent.version,
+                    session_id=session_id,
+                    status="running",
+                    input=input,
+                    reasoning_requested=reasoning_requested,
+                    created_at=_now(),
+                )
+            )
+
+    async def append_event(self, event: BaseEvent) -> None:
+        payload = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
+        async with self._session.begin() as db:
+            db.add(
+                RunEventRow(
+                    run_id=event.run_id,
+                    seq=event.seq,
+                    type=payload["type"],
+                    ts=event.ts,
+                    payload=payload,
+                )
+            )
+
+    async def finish_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        content: str | None,
+        error: str | None,
+        usage: Usage,
+        memory: Sequence[Message],
+    ) -> None:
+        """Record the outcome and append the run's exchange to its session, atomically."""
+        async with self._session.begin() as db:
+            run = await db.get_one(RunRow, run_id)
+            run.status = status
+            run.content = content
+            run.error = error
+            run.input_tokens = usage.input_tokens
+            run.output_tokens = usage.output_tokens
+            run.finished_at = _now()
+            db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        async with self._session() as db:
+            row = await db.get(RunRow, run_id)
+        return None if row is None else _run_record(row)
+
+    async def run_events(self, run_id: str) -> list[Event]:
+        async with self._session() as db:
+            rows = await db.scalars(
+                select(RunEventRow.payload)
+                .where(RunEventRow.run_id == run_id)
+                .order_by(RunEventRow.seq)
+            )
+            return [EventAdapter.validate_python(payload) for payload in rows]
+
+    async def interrupt_unfinished_runs(self) -> int:
+        """Runs left ``running`` by a crash can never finish: say so."""
+        async with self._session.begin() as db:
+            result = await db.execute(
+                update(RunRow)
+                .where(RunRow.status == "running")
+                .values(
+                    status="interrupted", error="Server stopped during the run", finished_at=_now()
+                )
+            )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _stored_agent(row: AgentRow) -> StoredAgent:
+    return StoredAgent(
+        spec=AgentSpec.model_validate(row.spec),
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _run_record(row: RunRow) -> RunRecord:
+    return RunRecord(
+        id=row.id,
+        agent_id=row.agent_id,
+        agent_version=row.agent_version,
+        session_id=row.session_id,
+        status=row.status,
+        input=row.input,
+        content=row.content,
+        error=row.error,
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        reasoning_requested=row.reasoning_requested,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _message(row: MessageRow) -> Message:
+    return Message(
+        role=row.role,  # type: ignore[arg-type]
+        content=row.content,
+        tool_calls=tuple(RequestedToolCall(**call) for call in row.tool_calls),
+        tool_call_id=row.tool_call_id,
+    )
+
+
+def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
+    return MessageRow(
+        session_id=session_id,
+        run_id=run_id,
+        role=message.role,
+        content=message.content,
+        tool_calls=[
+            {"id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in message.tool_calls
+        ],
+        tool_call_id=message.tool_call_id,
+    )

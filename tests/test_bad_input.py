@@ -1,0 +1,156 @@
+"""Bad requests get a 4xx JSON error naming the problem, and nothing is written."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import LiveServer
+
+
+def row_counts(server: LiveServer) -> dict[str, int]:
+    tables = ("runs", "sessions", "run_events", "messages", "agents")
+    with closing(sqlite3.connect(server.settings.data_dir / "agentstream.db")) as db:
+        return {t: db.execute(f"select count(*) from {t}").fetchone()[0] for t in tables}
+
+
+STREAM = "/api/agents/demo/run/stream"
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "code", "field"),
+    [
+        (b'{"message": "hi"', 400, "invalid_json", "body"),
+        (b"not json at all", 400, "invalid_json", "body"),
+        (b'{"message": "caf\xe9"}', 400, "invalid_body", "body"),
+        (b"{}", 422, "invalid_request", "message"),
+        (b'{"message": ""}', 422, "invalid_request", "message"),
+        (b'{"message": 42}', 422, "invalid_request", "message"),
+        (b'{"message": "hi", "colour": "red"}', 422, "invalid_request", "colour"),
+        (b'{"message": "hi", "reasoning": "maybe"}', 422, "invalid_request", "reasoning"),
+        (b'["message"]', 422, "invalid_request", "body"),
+    ],
+    ids=[
+        "truncated",
+        "not-json",
+        "not-utf8",
+        "missing",
+        "empty",
+        "wrong-type",
+        "extra",
+        "bad-bool",
+        "array",
+    ],
+)
+def test_malformed_run_requests(
+    server: LiveServer, content: bytes, status: int, code: str, field: str
+) -> None:
+    before = row_counts(server)
+    with server.client() as client:
+        response = client.post(
+            STREAM, content=content, headers={"content-type": "application/json"}
+        )
+
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == (code, field)
+    assert error["message"]
+    assert row_counts(server) == before
+
+
+def test_oversized_body_is_refused(tmp_path: Path) -> None:
+    from conftest import make_settings, serve
+
+    with serve(make_settings(tmp_path, max_body_bytes=1000)) as live:
+        before = row_counts(live)
+        with live.client() as client:
+            declared = client.post(STREAM, json={"message": "x" * 2000})
+            chunked = client.post(
+                STREAM,
+                content=iter([b'{"message": "', b"x" * 2000, b'"}']),
+                headers={"content-type": "application/json"},
+            )
+        for response in (declared, chunked):
+            assert response.status_code == 413
+            assert response.json()["error"]["code"] == "body_too_large"
+            assert response.json()["error"]["field"] == "body"
+        assert row_counts(live) == before
+
+
+def test_unknown_agent(server: LiveServer) -> None:
+    before = row_counts(server)
+    with server.client() as client:
+        response = client.post("/api/agents/nobody/run/stream", json={"message": "hi"})
+    assert response.status_code == 404
+    assert response.json()["error"] == {
+        "code": "not_found",
+        "message": "No agent 'nobody'",
+        "field": "agent_id",
+    }
+    assert row_counts(server) == before
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"apikey": "wrong"}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}],
+    ids=["none", "bad-apikey", "bad-bearer", "wrong-scheme"],
+)
+def test_requests_without_a_valid_key_are_refused(
+    server: LiveServer, headers: dict[str, str]
+) -> None:
+    import httpx
+
+    before = row_counts(server)
+    response = httpx.post(server.url + STREAM, json={"message": "hi"}, headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert "apikey" in response.json()["error"]["message"]
+    assert row_counts(server) == before
+
+
+def test_bearer_key_is_accepted(server: LiveServer) -> None:
+    import httpx
+
+    response = httpx.get(
+        server.url + "/api/agents", headers={"Authorization": f"Bearer {server.key}"}
+    )
+    assert response.status_code == 200
+    assert [a["agent"]["id"] for a in response.json()] == ["demo"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"id": "Bad Id"}, "id"),
+        ({"id": "x", "model": "gpt-nowhere"}, "model"),
+        ({"id": "x", "tools": ["calculator", "rm_rf"]}, "tools"),
+        ({"id": "x", "max_steps": 0}, "max_steps"),
+        ({"id": "demo"}, "id"),
+    ],
+    ids=["bad-id", "unknown-model", "unknown-tool", "steps", "duplicate"],
+)
+def test_invalid_agent_definitions(server: LiveServer, body: dict[str, Any], field: str) -> None:
+    before = row_counts(server)
+    with server.client() as client:
+        response = client.post("/api/agents", json=body)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["field"] == field
+    assert row_counts(server) == before
+
+
+def test_agent_crud_versions_each_change(server: LiveServer) -> None:
+    with server.client() as client:
+        created = client.post("/api/agents", json={"id": "helper", "tools": ["calculator"]})
+        assert created.status_code == 201
+        assert created.json()["version"] == 1
+        updated = client.patch("/api/agents/helper", json={"instructions": "Be terse."})
+        assert updated.json()["version"] == 2
+        assert updated.json()["agent"]["instructions"] == "Be terse."
+        same = client.patch("/api/agents/helper", json={"instructions": "Be terse."})
+        assert same.json()["version"] == 2, "no change, no new version"
+        assert client.delete("/api/agents/helper").status_code == 204
+        assert client.get("/api/agents/helper").status_code == 404

@@ -1,0 +1,304 @@
+"""How runs end when they don't end well: cancel, disconnect, timeout, crash; and keepalive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.tools import Tool
+from agentstream.sse import SSEDecoder
+from conftest import LiveServer, make_settings, read_events, serve
+
+
+async def wait(seconds: float = 30.0) -> str:
+    """Wait, then say so."""
+    await anyio.sleep(seconds)
+    return "waited"
+
+
+def call_wait_then_answer(request: ModelRequest) -> list[ModelPart]:
+    """First turn calls the slow tool; after its result, answer."""
+    if request.messages[-1].role == "tool":
+        return [TextPart("done"), TurnEndPart("end_turn")]
+    return [
+        TextPart("Waiting."),
+        ToolCallStartPart("call_1", "wait"),
+        ToolCallArgsPart("call_1", "{}"),
+        ToolCallEndPart("call_1"),
+        TurnEndPart("tool_calls"),
+    ]
+
+
+def chatter(request: ModelRequest) -> list[ModelPart]:
+    """A long answer, for cancelling mid-stream."""
+    return [TextPart(f" word{i}") for i in range(10_000)] + [TurnEndPart("end_turn")]
+
+
+TALKER = ScriptedModel("talker", chatter, delay=0.01)
+
+
+@pytest.fixture
+def slow_server(tmp_path: Path) -> Iterator[LiveServer]:
+    settings = make_settings(tmp_path, keepalive_seconds=0.2)
+    agents = [
+        AgentSpec(id="waiter", model="scripted-wait", tools=["wait"]),
+        AgentSpec(id="hasty", model="scripted-wait", tools=["wait"], timeout_seconds=0.5),
+        AgentSpec(id="talker", model="talker"),
+    ]
+    with serve(
+        settings,
+        tools=[Tool.from_function(wait)],
+        models=[ScriptedModel("scripted-wait", call_wait_then_answer), TALKER],
+        agents=agents,
+    ) as live:
+        yield live
+
+
+def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
+    """Poll the run until it has left ``running`` (bounded)."""
+    with live.client() as client:
+        for _ in range(200):
+            run: dict[str, Any] = client.get(f"/api/agents/runs/{run_id}").json()
+            if run["status"] != "running":
+                return run
+            time.sleep(0.025)
+    raise AssertionError(f"run {run_id} still running")
+
+
+def open_until(live: LiveServer, agent: str, event: str) -> str:
+    """Start a run, read until a frame of kind ``event`` arrives, then hang up. The run id."""
+    decoder = SSEDecoder()
+    with (
+        live.client() as client,
+        client.stream(
+            "POST", f"/api/agents/{agent}/run/stream", json={"message": "go"}
+        ) as response,
+    ):
+        run_id = ""
+        for chunk in response.iter_bytes():
+            for sse in decoder.feed(chunk):
+                frame = sse.json()
+                run_id = run_id or frame["run_id"]
+                if frame["event"] == event:
+                    return run_id
+    raise AssertionError(f"no {event} frame")
+
+
+def test_disconnect_cancels_the_run_and_settles_tools(slow_server: LiveServer) -> None:
+    run_id = open_until(slow_server, "waiter", "tool_call")
+
+    run = wait_for_status(slow_server, run_id)
+
+    assert run["status"] == "cancelled"
+    assert run["error"] == "Client cancelled request"
+    assert run["content"] is None
+    assert [(c["name"], c["status"]) for c in run["tool_calls"]] == [("wait", "cancelled")]
+    assert [e["event"] for e in run["events"]][-3:] == ["tool_call", "tool_result", "error"]
+    assert run["events"][-1] == {
+        "seq": run["events"][-1]["seq"],
+        "event": "error",
+        "message": "Client cancelled request",
+        "status": "cancelled",
+    }
+
+
+def test_disconnect_mid_answer_closes_the_model_stream(slow_server: LiveServer) -> None:
+    run_id = open_until(slow_server, "talker", "content_delta")
+
+    run = wait_for_status(slow_server, run_id)
+
+    assert run["status"] == "cancelled"
+    assert TALKER.open_streams == 0
+    assert "content_delta" not in {e["event"] for e in run["events"]}
+
+
+def test_cancel_endpoint_ends_the_stream_with_an_error_frame(slow_server: LiveServer) -> None:
+    frames: list[dict[str, Any]] = []
+    with (
+        slow_server.client() as client,
+        client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,
+    ):
+        decoder = SSEDecoder()
+        for chunk in response.iter_bytes():
+            for sse in decoder.feed(chunk):
+                frames.append(sse.json())
+                if frames[-1]["event"] == "tool_call":
+                    cancel = client.post(f"/api/agents/runs/{frames[0]['run_id']}/cancel")
+                    assert cancel.status_code == 202
+
+    assert [f["event"] for f in frames][-2:] == ["tool_result", "error"]
+    assert frames[-2]["status"] == "cancelled"
+    assert frames[-1] == {"event": "error", "message": "Run cancelled", "status": "cancelled"}
+    with slow_server.client() as client:
+        again = client.post(f"/api/agents/runs/{frames[0]['run_id']}/cancel")
+    assert again.status_code == 409
+    assert wait_for_status(slow_server, frames[0]["run_id"])["status"] == "cancelled"
+
+
+def test_timeout_is_its_own_outcome(slow_server: LiveServer) -> None:
+    with (
+        slow_server.client() as client,
+        client.stream("POST", "/api/agents/hasty/run/stream", json={"message": "go"}) as response,
+    ):
+        frames = [e.json() for e in read_events(response)]
+
+    assert frames[-1] == {
+        "event": "error",
+        "message": "Execution timed out after 0.5s",
+        "status": "timeout",
+    }
+    assert frames[-2]["event"] == "tool_result"
+    assert frames[-2]["status"] == "cancelled"
+    run = wait_for_status(slow_server, frames[0]["run_id"])
+    assert run["status"] == "timeout"
+    assert run["error"] == "Execution timed out after 0.5s"
+
+
+def test_keepalive_comment_fills_silence(slow_server: LiveServer) -> None:
+    raw = b""
+    with (
+        slow_server.client() as client,
+        client.stream("POST", "/api/agents/hasty/run/stream", json={"message": "go"}) as response,
+    ):
+        for chunk in response.iter_bytes():
+            raw += chunk
+    # The tool waits until the 0.5 s timeout, with keepalive at 0.2 s.
+    assert b"\n: keepalive\n\n" in raw
+    assert b'"event":"error"' in raw.split(b": keepalive")[-1], "keepalive precedes the end"
+
+
+def test_resume_from_last_event_id(server: LiveServer) -> None:
+    with (
+        server.client() as client,
+        client.stream(
+            "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
+        ) as response,
+    ):
+        original = read_events(response)
+    run_id = original[0].json()["run_id"]
+    middle = original[len(original) // 2]
+
+    with (
+        server.client() as client,
+        client.stream(
+            "GET", f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": middle.id or ""}
+        ) as response,
+    ):
+        resumed = read_events(response)
+
+    assert resumed == original[len(original) // 2 + 1 :], "live log still holds the deltas"
+
+
+def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Path) -> None:
+    with serve(make_settings(tmp_path, run_retention_seconds=0)) as live:
+        with (
+            live.client() as client,
+            client.stream(
+                "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
+            ) as response,
+        ):
+            original = read_events(response)
+        run_id = original[0].json()["run_id"]
+        wait_for_status(live, run_id)
+        with (
+            live.client() as client,
+            client.stream("GET", f"/api/agents/runs/{run_id}/stream?after=2") as response,
+        ):
+            resumed = read_events(response)
+
+    persisted = [
+        e for e in original if e.json()["event"] not in ("content_delta", "reasoning_delta")
+    ]
+    assert resumed == [e for e in persisted if int(e.id or 0) > 2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
+    port = free_port()
+    program = textwrap.dedent(f"""
+        import uvicorn, anyio
+        from pathlib import Path
+        from agentstream.agents import AgentSpec
+        from agentstream.config import Settings
+        from agentstream.providers.scripted import ScriptedModel
+        from agentstream.runtime.tools import Tool
+        from agentstream.server import create_app
+        from test_run_lifecycle import call_wait_then_answer, wait
+        app = create_app(
+            Settings(data_dir=Path({str(tmp_path)!r}), demo=True),
+            tools=[Tool.from_function(wait)],
+            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
+            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
+        )
+        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    process = subprocess.Popen([sys.executable, "-c", program], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                httpx.get(f"{url}/healthz")
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        key = (tmp_path / "demo-key").read_text().strip()
+        crashed = LiveServer(url=url, key=key, settings=make_settings(tmp_path))
+        with (
+            crashed.client() as client,
+            client.stream(
+                "POST", "/api/agents/waiter/run/stream", json={"message": "go"}
+            ) as response,
+        ):
+            decoder = SSEDecoder()
+            for chunk in response.iter_bytes():
+                frames = [e.json() for e in decoder.feed(chunk)]
+                if any(f["event"] == "tool_call" for f in frames):
+                    break
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+    finally:
+        process.kill()
+        process.wait(10)
+
+    with serve(make_settings(tmp_path)) as restarted, restarted.client() as client:
+        runs = [client.get(f"/api/agents/runs/{run_id}").json() for run_id in _run_ids(tmp_path)]
+    assert [(r["status"], r["error"]) for r in runs] == [
+        ("interrupted", "Server stopped during the run")
+    ]
+
+
+def _run_ids(data_dir: Path) -> list[str]:
+    with closing(sqlite3.connect(data_dir / "agentstream.db")) as db:
+        return [row[0] for row in db.execute("select id from runs")]
