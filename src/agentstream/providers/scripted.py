@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Callable, Iterable
-
-import anyio
-import anyio.lowlevel
 
 from agentstream.providers.base import ModelPart, ModelRequest
 
@@ -32,10 +30,7 @@ class ScriptedModel:
         self.open_streams += 1
         try:
             for part in self.script(request):
-                if self.delay:
-                    await anyio.sleep(self.delay)
-                else:
-                    await anyio.lowlevel.checkpoint()
+                await asyncio.sleep(self.delay)
                 yield part
         finally:
             self.open_streams -= 1

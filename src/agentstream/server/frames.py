@@ -24,7 +24,7 @@ def encode_native(events: Iterable[BaseEvent]) -> bytes:
 
 
 def native_chunks(subscription: Subscription) -> Callable[[], Awaitable[bytes | None]]:
-    """A cancel-safe ``next_chunk`` for ``EventStreamResponse``: None when the run is over."""
+    """A ``next_chunk`` for ``EventStreamResponse``: None when the run is over."""
 
     async def next_chunk() -> bytes | None:
         while batch := await subscription.next_batch():

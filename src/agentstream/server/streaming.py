@@ -6,6 +6,7 @@ us the client left; this response can. Headers follow what proxies need to not b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -28,9 +29,9 @@ _KEEPALIVE = sse.comment("keepalive").encode()
 class EventStreamResponse(Response):
     """Send what ``next_chunk`` returns until it returns None.
 
-    ``next_chunk`` must be safe to cancel while it waits (it is, for a run subscription),
-    because a keepalive interval elapsing cancels the wait and sends a comment instead.
-    If the client goes away first, ``on_disconnect`` is called.
+    Three tasks race: the stream, a keepalive ticker that sends a comment once the
+    stream has been silent for ``keepalive`` seconds, and a watcher of the client's
+    disconnect, which cancels the others and calls ``on_disconnect``.
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class EventStreamResponse(Response):
         self._next_chunk = next_chunk
         self._keepalive = keepalive
         self._on_disconnect = on_disconnect
+        self._last_sent = 0.0
         self.status_code = 200
         self.background = None
         self.init_headers({**SSE_HEADERS, **(headers or {})})
@@ -51,6 +53,7 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        self._last_sent = time.monotonic()
         disconnected = False
 
         async def watch_disconnect() -> None:
@@ -62,7 +65,10 @@ class EventStreamResponse(Response):
 
         async with anyio.create_task_group() as group:
             group.start_soon(watch_disconnect)
-            await self._stream(send)
+            group.start_soon(self._keep_alive, send)
+            while (chunk := await self._next_chunk()) is not None:
+                self._last_sent = time.monotonic()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
             group.cancel_scope.cancel()
 
         if disconnected:
@@ -71,13 +77,12 @@ class EventStreamResponse(Response):
         else:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _stream(self, send: Send) -> None:
+    async def _keep_alive(self, send: Send) -> None:
+        """One timer for the whole stream, not one per frame: frames are the hot path."""
         while True:
-            chunk: bytes | None = b""
-            with anyio.move_on_after(self._keepalive):
-                chunk = await self._next_chunk()
-            if chunk is None:
-                return
-            await send(
-                {"type": "http.response.body", "body": chunk or _KEEPALIVE, "more_body": True}
-            )
+            silent_for = time.monotonic() - self._last_sent
+            if silent_for >= self._keepalive:
+                self._last_sent = time.monotonic()
+                await send({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
+                silent_for = 0.0
+            await anyio.sleep(self._keepalive - silent_for)

@@ -1,0 +1,96 @@
+"""The native view: every canonical event has a defined frame (or none), in the spec's shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentstream.events import (
+    BaseEvent,
+    EventAdapter,
+    Reasoning,
+    ReasoningDelta,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from agentstream.views.native import NativeFrameAdapter, frame
+
+META: dict[str, Any] = {"run_id": "run_1", "seq": 7, "ts": 1.5}
+
+CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
+    (
+        RunStarted(**META, agent_id="a", session_id="s"),
+        {"event": "start", "run_id": "run_1", "session_id": "s"},
+    ),
+    (StepStarted(**META, step=1), {"event": "step_started", "step": 1}),
+    (ReasoningDelta(**META, step=1, delta="hm"), {"event": "reasoning_delta", "delta": "hm"}),
+    (Reasoning(**META, step=1, text="hmm"), {"event": "reasoning", "text": "hmm"}),
+    (TextDelta(**META, step=1, delta="Hi"), {"event": "content_delta", "delta": "Hi"}),
+    (TextRetracted(**META, step=1), None),
+    (Text(**META, step=1, text="Hi!"), {"event": "chunk", "content": "Hi!"}),
+    (Text(**META, step=2, text="Hi!"), None),
+    (
+        ToolCall(**META, step=1, call_id="c", tool_name="t", arguments={"x": 1}),
+        {"event": "tool_call", "tool_call_id": "c", "tool_name": "t", "arguments": {"x": 1}},
+    ),
+    (
+        ToolResult(**META, step=1, call_id="c", tool_name="t", status="success", result=[1]),
+        {
+            "event": "tool_result",
+            "tool_call_id": "c",
+            "tool_name": "t",
+            "result": [1],
+            "status": "success",
+        },
+    ),
+    (StepCompleted(**META, step=1), {"event": "step_completed", "step": 1}),
+    (
+        RunCompleted(**META, content="Hi!", usage=Usage(input_tokens=3, output_tokens=4)),
+        {
+            "event": "complete",
+            "run_id": "run_1",
+            "content": "Hi!",
+            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+        },
+    ),
+    (
+        RunFailed(**META, status="timeout", message="late"),
+        {"event": "error", "message": "late", "status": "timeout"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "expected"), CASES, ids=[type(e).__name__ for e, _ in CASES])
+def test_frame_shapes(event: BaseEvent, expected: dict[str, Any] | None) -> None:
+    shown = frame(event)
+    assert shown == expected
+    if shown is not None:
+        NativeFrameAdapter.validate_python(shown)
+
+
+def test_every_event_type_is_covered() -> None:
+    covered = {type(event) for event, _ in CASES}
+    union = EventAdapter.core_schema["choices"]  # type: ignore[index]
+    assert len(covered) == len(union)
+
+
+@pytest.mark.parametrize("event", [e for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+def test_events_round_trip_through_json(event: BaseEvent) -> None:
+    """What the store writes, it reads back identical."""
+    dumped = EventAdapter.dump_json(event)  # type: ignore[arg-type]
+    assert EventAdapter.validate_json(dumped) == event
+
+
+def test_only_deltas_and_retractions_are_forwarded_only() -> None:
+    forwarded_only = {type(e).__name__ for e, _ in CASES if not type(e).persisted}
+    assert forwarded_only == {"ReasoningDelta", "TextDelta", "TextRetracted"}
