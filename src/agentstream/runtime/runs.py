@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
@@ -41,8 +41,10 @@ class StartedRun:
 @dataclass(slots=True)
 class _LiveRun:
     session_id: str
-    scope: anyio.CancelScope
-    cancel_reason: str = "Run cancelled"
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the outcome is recorded and the session is free again."""
+    cancel_reason: str | None = None
 
 
 class RunManager:
@@ -57,7 +59,7 @@ class RunManager:
         self.models = models
         self.tools = tools
         self._live: dict[str, _LiveRun] = {}
-        self._busy_sessions: set[str] = set()
+        self._by_session: dict[str, _LiveRun] = {}
         self._group: TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
@@ -79,21 +81,29 @@ class RunManager:
         message: str,
         *,
         session_id: str | None = None,
+        create_session: bool = False,
         reasoning: bool | None = None,
     ) -> StartedRun:
-        """Record a new run and start it. Raises ``UserError`` before writing anything."""
+        """Record a new run and start it. Raises ``UserError`` before writing anything.
+
+        ``session_id`` continues that conversation; with ``create_session`` a session of
+        that id that does not exist yet is created (clients that name their conversations).
+        """
         if self._group is None:
             raise RuntimeError("RunManager is not running")
         spec = agent.spec
-        if session_id is not None:
+        new_session = session_id is None
+        if session_id is None:
+            session_id = f"ses_{uuid.uuid4().hex}"
+        else:
             owner = await self.store.session_agent(session_id)
-            if owner != spec.id:
+            new_session = owner is None and create_session
+            if owner != spec.id and not new_session:
                 raise NotFound(
                     f"No session {session_id!r} for agent {spec.id!r}", field="session_id"
                 )
-        new_session = session_id is None
-        session_id = session_id or f"ses_{uuid.uuid4().hex}"
-        if session_id in self._busy_sessions:
+        await self._after_cancelled_run(session_id)
+        if session_id in self._by_session:
             raise Conflict(
                 f"Session {session_id!r} already has a run in progress", field="session_id"
             )
@@ -101,7 +111,7 @@ class RunManager:
         tools = self.tools.select(spec.tools)
         reasoning = spec.reasoning if reasoning is None else reasoning
 
-        self._busy_sessions.add(session_id)
+        live = self._by_session[session_id] = _LiveRun(session_id=session_id)
         try:
             history = [] if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
@@ -114,10 +124,9 @@ class RunManager:
                 reasoning_requested=reasoning,
             )
         except BaseException:
-            self._busy_sessions.discard(session_id)
+            del self._by_session[session_id]
             raise
         self.log.open(run_id)
-        live = _LiveRun(session_id=session_id, scope=anyio.CancelScope())
         self._live[run_id] = live
 
         async def execute() -> None:
@@ -152,12 +161,12 @@ class RunManager:
                         logger.exception("Run %s failed", run_id)
                         failure = ("error", f"{type(exc).__name__}: {exc}")
                 if live.scope.cancelled_caught:
-                    failure = ("cancelled", live.cancel_reason)
+                    failure = ("cancelled", live.cancel_reason or "Run cancelled")
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._finish(ctx, answer, failure)
-                    self._live.pop(run_id, None)
-                    self._busy_sessions.discard(session_id)
+                    del self._live[run_id], self._by_session[session_id]
+                    live.done.set()
 
         self._group.start_soon(execute, name=run_id)
         return StartedRun(run_id=run_id, session_id=session_id)
@@ -171,14 +180,23 @@ class RunManager:
             available = ", ".join(self.tools.names())
             raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
 
-    def cancel(self, run_id: str, reason: str = "Run cancelled") -> bool:
-        """Stop a live run; False if it is not running here."""
+    def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
+        """Stop a live run. Returns the event set once it has ended, or None if the run is
+        not live here."""
         live = self._live.get(run_id)
         if live is None:
-            return False
-        live.cancel_reason = reason
+            return None
+        live.cancel_reason = live.cancel_reason or reason
         live.scope.cancel()
-        return True
+        return live.done
+
+    async def _after_cancelled_run(self, session_id: str) -> None:
+        """A run being cancelled still holds its session for a moment: let it finish, so
+        "Stop" then a new message works."""
+        busy = self._by_session.get(session_id)
+        if busy is not None and busy.cancel_reason is not None:
+            with anyio.move_on_after(10):
+                await busy.done.wait()
 
     def is_live(self, run_id: str) -> bool:
         return run_id in self._live

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel
 
@@ -94,15 +95,20 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
     )
 
 
-@router.post("/{run_id}/cancel", status_code=202)
+@router.post("/{run_id}/cancel")
 async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
-    """Cancel a live run: in-flight tools settle as cancelled, the run ends ``cancelled``."""
-    if svc.runs.cancel(run_id):
-        return {"run_id": run_id, "status": "cancelling"}
+    """Cancel a live run and answer once it has ended: tools in flight settle as
+    cancelled, the run's status is ``cancelled``, its session is free for the next message."""
+    done = svc.runs.cancel(run_id)
+    if done is not None:
+        with anyio.move_on_after(10):
+            await done.wait()
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
-    raise Conflict(f"Run {run_id!r} is not running (status: {run.status})", field="run_id")
+    if done is None:
+        raise Conflict(f"Run {run_id!r} is not running (status: {run.status})", field="run_id")
+    return {"run_id": run_id, "status": run.status}
 
 
 @router.get(

@@ -1,0 +1,371 @@
+"""The ``agentstream`` command: serve the API, chat with an agent, run one message, replay
+a stored run, create API keys. Streams render live through one `StreamRenderer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.panel import Panel
+from rich.spinner import Spinner
+from rich.text import Text
+
+from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
+from agentstream.config import Settings
+from agentstream.errors import APIStatusError, ClientError
+from agentstream.views import native
+from agentstream.views.native import NativeFrame
+
+__all__ = ["StreamRenderer", "app"]
+
+app = typer.Typer(
+    name="agentstream",
+    help="Run AI agents and stream everything they do.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+_STYLES = {"reasoning": "dim italic", "content": ""}
+_TOOL_STATUS = {"success": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("✗", "yellow")}
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class StreamRenderer:
+    """Native frames in, terminal output out: reasoning dimmed as it arrives, each tool call
+    as ``⚙ name(args)`` with a spinner (on a terminal) until its ``✓ result``, answer text
+    as it arrives. Works the same from a live stream or a stored run's events."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._open: str | None = None  # the kind of text on the unfinished line
+        self._step_text = False  # answer text shown since the step started
+        self._reasoning_streamed = False  # deltas shown for the current reasoning segment
+        self._pending: dict[str, str] = {}  # tool call id -> tool name, awaiting a result
+        self._live: Live | None = None
+
+    def feed(self, frame: NativeFrame) -> None:
+        match frame:
+            case native.StepStartedFrame():
+                self._step_text = False
+            case native.ReasoningDeltaFrame():
+                self._write(frame.delta, "reasoning")
+                self._reasoning_streamed = True
+            case native.ReasoningFrame():
+                if not self._reasoning_streamed:
+                    self._write(frame.text, "reasoning")
+                self._reasoning_streamed = False
+                self._end_line()
+            case native.ContentDeltaFrame():
+                self._write(frame.delta, "content")
+                self._step_text = True
+            case native.ChunkFrame() | native.CompleteFrame() if not self._step_text:
+                self._write(frame.content, "content")
+                self._step_text = True
+            case native.ToolCallFrame():
+                args = ", ".join(f"{k}={v!r}" for k, v in frame.arguments.items())
+                self._line(Text.assemble(("⚙ ", "cyan"), f"{frame.tool_name}({_short(args)})"))
+                self._pending[frame.tool_call_id] = frame.tool_name
+            case native.ToolResultFrame():
+                mark, style = _TOOL_STATUS[frame.status]
+                name = f"{frame.tool_name}: " if len(self._pending) > 1 else ""
+                self._pending.pop(frame.tool_call_id, None)
+                shown = "cancelled" if frame.status == "cancelled" else _short(frame.result)
+                self._line(Text.assemble("  ", (mark, style), f" {name}{shown}"))
+            case native.ErrorFrame():
+                self._line(Text(f"✗ run {frame.status}: {frame.message}", style="red"))
+        self._spin()
+
+    def close(self) -> None:
+        """End the last line and stop any spinner (also after Ctrl-C)."""
+        self._pending.clear()
+        self._end_line()
+
+    def _write(self, text: str, kind: str) -> None:
+        self._stop_spinner()
+        if self._open != kind:
+            self._end_line()
+            if kind == "reasoning":
+                self._console.print("💭 ", end="", style="dim")
+            self._open = kind
+        self._console.print(Text(text, style=_STYLES[kind]), end="", soft_wrap=True)
+
+    def _line(self, text: Text) -> None:
+        self._end_line()
+        self._console.print(text, soft_wrap=True)
+
+    def _end_line(self) -> None:
+        self._stop_spinner()
+        if self._open is not None:
+            self._console.print()
+            self._open = None
+
+    def _spin(self) -> None:
+        if not self._pending or not self._console.is_terminal:
+            return self._stop_spinner()
+        spinner = Spinner("dots", f"running {', '.join(self._pending.values())}…", style="cyan")
+        if self._live is None:
+            self._live = Live(spinner, console=self._console, transient=True)
+            self._live.start()
+        else:
+            self._live.update(spinner)
+
+    def _stop_spinner(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+# Shared plumbing
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True, highlight=False).print(Text(message, style="red"), soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def _friendly_errors() -> Iterator[None]:
+    """Client errors become one red line and exit code 1, never a traceback."""
+    try:
+        yield
+    except APIStatusError as exc:
+        hint = ""
+        if exc.status_code == 401:
+            hint = (
+                " Pass --key KEY or set AGENTSTREAM_API_KEY"
+                " (create one with `agentstream keys create NAME`)."
+            )
+        _fail(f"Error {exc.status_code}: {exc.message.rstrip('.')}.{hint}")
+    except ClientError as exc:
+        _fail(str(exc))
+
+
+def _settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with the flags that were given on top."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        _fail(f"Invalid settings: {exc}")
+
+
+def _stream(
+    frames: Iterator[NativeFrame], accumulator: RunAccumulator, console: Console, as_json: bool
+) -> RunResult:
+    renderer = StreamRenderer(console)
+    try:
+        for frame in frames:
+            accumulator.feed(frame)
+            if as_json:
+                typer.echo(frame.model_dump_json())
+            else:
+                renderer.feed(frame)
+    finally:
+        renderer.close()
+    return accumulator.result()
+
+
+def _settle(client: Client, run_id: str) -> None:
+    """Cancel a run and wait for its end: until then its session takes no new message."""
+    with suppress(APIStatusError):  # 409: it has ended already
+        client.cancel(run_id)
+    for _ in client.iter_resume(run_id):
+        pass
+
+
+Url = Annotated[str, typer.Option(envvar="AGENTSTREAM_URL", help="Server URL.")]
+Key = Annotated[
+    str | None,
+    typer.Option(
+        envvar="AGENTSTREAM_API_KEY",
+        help="API key. Default: the demo key in .agentstream/demo-key.",
+        show_default=False,
+    ),
+]
+Session = Annotated[str | None, typer.Option(help="Continue this session.")]
+Json = Annotated[bool, typer.Option("--json", help="Print raw JSON instead of rendering.")]
+NoReasoning = Annotated[bool, typer.Option("--no-reasoning", help="Do not ask for reasoning.")]
+DataDir = Annotated[Path | None, typer.Option(help="Data directory. Default: .agentstream.")]
+DatabaseUrl = Annotated[str | None, typer.Option(help="SQLAlchemy async database URL.")]
+
+
+# Commands
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface. Default: 127.0.0.1.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port. Default: 3000.")] = None,
+    demo: Annotated[
+        bool | None, typer.Option("--demo/--no-demo", help="Seed the demo agent and key.")
+    ] = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    agents: Annotated[
+        Path | None, typer.Option(help="YAML file of agents.", exists=True, dir_okay=False)
+    ] = None,
+) -> None:
+    """Run the server. Flags override AGENTSTREAM_* environment variables."""
+    import uvicorn
+    from uvicorn.logging import DefaultFormatter
+
+    from agentstream.server import create_app
+
+    settings = _settings(
+        host=host,
+        port=port,
+        demo=demo,
+        data_dir=data_dir,
+        database_url=database_url,
+        agents_file=agents,
+    )
+    logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    url = f"http://{settings.host}:{settings.port}"
+    lines = [f"[bold]agentstream[/] on {escape(url)}", f"data: {escape(str(settings.data_dir))}"]
+    if settings.demo:
+        chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
+        lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
+    Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+@app.command()
+def chat(
+    agent: Annotated[str, typer.Argument(help="Agent id.")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    session: Session = None,
+    no_reasoning: NoReasoning = False,
+) -> None:
+    """Chat with an agent. Empty line or Ctrl-D quits; Ctrl-C stops the current answer."""
+    console = Console(highlight=False)
+    console.print(
+        f"[dim]Chatting with [bold]{escape(agent)}[/] at {escape(url)}."
+        " Empty line or Ctrl-D quits; Ctrl-C stops an answer.[/]"
+    )
+    with _friendly_errors(), Client(url, key) as client:
+        while True:
+            try:
+                message = console.input("[bold cyan]you>[/] ").strip()
+            except (EOFError, KeyboardInterrupt):
+                message = ""
+            if not message:
+                console.print()
+                return
+            accumulator = RunAccumulator()
+            frames = client.iter_events(
+                agent, message, session_id=session, reasoning=False if no_reasoning else None
+            )
+            try:
+                _stream(frames, accumulator, console, as_json=False)
+            except KeyboardInterrupt:
+                frames.close()
+                if accumulator.run_id:
+                    _settle(client, accumulator.run_id)
+                console.print("[yellow]✗ cancelled[/]")
+            session = accumulator.session_id or session
+            console.print()
+
+
+@app.command()
+def run(
+    agent: Annotated[str, typer.Argument(help="Agent id.")],
+    message: Annotated[str, typer.Argument(help="The message to send.")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    session: Session = None,
+    as_json: Json = False,
+    no_reasoning: NoReasoning = False,
+) -> None:
+    """Send one message and stream the answer. Exit code 1 if the run fails."""
+    console = Console(highlight=False)
+    with _friendly_errors(), Client(url, key) as client:
+        frames = client.iter_events(
+            agent, message, session_id=session, reasoning=False if no_reasoning else None
+        )
+        result = _stream(frames, RunAccumulator(), console, as_json)
+    if not as_json:
+        tokens = f" · {result.usage.total_tokens} tokens" if result.usage else ""
+        footer = f"run {result.run_id} · session {result.session_id}{tokens}"
+        console.print(footer, style="dim", soft_wrap=True)
+    if result.status == "incomplete":
+        _fail(result.error or "The stream ended early")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def replay(
+    run_id: Annotated[str, typer.Argument(help="Run id (from the start event).")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: Json = False,
+) -> None:
+    """Show a stored run: who, status, duration, usage, then what happened in order."""
+    with _friendly_errors(), Client(url, key) as client:
+        stored = client.get_run(run_id)
+    if as_json:
+        typer.echo(json.dumps(stored, indent=2, ensure_ascii=False))
+        return
+    console = Console(highlight=False)
+    usage = stored["usage"]
+    duration = f"{stored['duration_ms']} ms" if stored["duration_ms"] is not None else "running"
+    style = "green" if stored["status"] == "completed" else "red"
+    console.print(
+        f"[bold]{stored['id']}[/] · agent [cyan]{stored['agent_id']}[/] · "
+        f"[{style}]{stored['status']}[/] · {duration} · {usage['total_tokens']} tokens "
+        f"({usage['input_tokens']} in, {usage['output_tokens']} out)",
+        soft_wrap=True,
+    )
+    console.print(Text.assemble(("you> ", "bold cyan"), stored["input"]), soft_wrap=True)
+    renderer = StreamRenderer(console)
+    for event in stored["events"]:
+        frame = parse_frame({k: v for k, v in event.items() if k != "seq"})
+        if frame is not None:
+            renderer.feed(frame)
+    renderer.close()
+
+
+@keys_app.command("create")
+def create_key(
+    name: Annotated[str, typer.Argument(help="A name to recognise the key by.")],
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create an API key in the store and print it (only this once)."""
+    from agentstream.store import Store
+
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def create() -> str:
+        store = await Store.open(settings.database)
+        try:
+            return await store.create_api_key(name)
+        finally:
+            await store.close()
+
+    key = asyncio.run(create())
+    typer.echo(key)
+    Console(stderr=True).print(f"[dim]API key {name!r} created; it is not shown again.[/]")

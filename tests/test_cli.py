@@ -1,0 +1,232 @@
+"""The ``agentstream`` command against a real server (output is not a TTY here)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner, Result
+
+from agentstream import cli
+from agentstream.client import Client, parse_frame
+from agentstream.views.native import NativeFrame
+from conftest import LiveServer, make_settings, serve
+
+QUESTION = "What is 17 * 23?"
+
+
+@pytest.fixture(autouse=True)
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "AGENTSTREAM_URL", "AGENTSTREAM_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def invoke(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(cli.app, list(args), input=input)
+
+
+def against(server: LiveServer, *args: str, key: str | None = None) -> list[str]:
+    return [*args, "--url", server.url, "--key", key or server.key]
+
+
+def footer_run_id(output: str) -> str:
+    return output.rsplit("run ", 1)[1].split()[0]
+
+
+def test_run_renders_tools_and_answer(server: LiveServer) -> None:
+    result = invoke(*against(server, "run", "demo", QUESTION))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    tool_line = lines.index("⚙ calculator(expression='17 * 23')")
+    assert lines[tool_line + 1] == "  ✓ 391"
+    assert "The answer is 391." in lines[tool_line + 2 :]
+    assert any(line.startswith("💭 ") and "calculator" in line for line in lines[:tool_line])
+    with Client(server.url, server.key) as client:
+        stored = client.get_run(footer_run_id(result.output))
+    assert stored["content"] == "The answer is 391."
+
+
+def test_run_json_prints_one_frame_per_line(server: LiveServer) -> None:
+    result = invoke(*against(server, "run", "demo", QUESTION, "--json"))
+    assert result.exit_code == 0, result.output
+    frames = [json.loads(line) for line in result.stdout.splitlines()]
+    assert all(parse_frame(frame) is not None for frame in frames)
+    assert [frames[0]["event"], frames[-1]["event"]] == ["start", "complete"]
+    assert frames[-1]["content"] == "The answer is 391."
+    assert {"event": "tool_result"}.items() <= next(
+        f for f in frames if f["event"] == "tool_result"
+    ).items()
+
+
+def test_run_continues_a_session(server: LiveServer) -> None:
+    first = invoke(*against(server, "run", "demo", "Hello"))
+    session = first.output.split("session ")[1].split()[0]
+    second = invoke(*against(server, "run", "demo", "Hello again", "--session", session))
+    assert second.exit_code == 0, second.output
+    assert f"session {session}" in second.output
+
+
+def test_run_failure_exits_1(tmp_path: Path) -> None:
+    with serve(make_settings(tmp_path, offline_token_delay=0.05)) as live:
+        agent = {"id": "hasty", "tools": ["calculator"], "timeout_seconds": 0.1}
+        with live.client() as http:
+            assert http.post("/api/agents", json=agent).status_code == 201
+        result = invoke(*against(live, "run", "hasty", QUESTION))
+    assert result.exit_code == 1
+    assert "✗ run timeout" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_replay_shows_the_stored_run(server: LiveServer) -> None:
+    run_id = footer_run_id(invoke(*against(server, "run", "demo", QUESTION)).output)
+    result = invoke(*against(server, "replay", run_id))
+    assert result.exit_code == 0, result.output
+    header, prompt, *timeline = result.output.splitlines()
+    assert header.startswith(f"{run_id} · agent demo · completed · ")
+    assert header.endswith("96 tokens (49 in, 47 out)")
+    assert prompt == f"you> {QUESTION}"
+    assert timeline == [
+        "💭 The user asks: 'What is 17 * 23?'. I should not guess, so I will call calculator"
+        ' with {"expression": "17 * 23"}.',
+        "⚙ calculator(expression='17 * 23')",
+        "  ✓ 391",
+        "💭 I have the tool results now, so I can answer directly from them.",
+        "The answer is 391.",
+    ]
+
+    raw = invoke(*against(server, "replay", run_id, "--json"))
+    assert json.loads(raw.stdout)["tool_calls"][0]["result"] == 391
+
+
+def test_chat_keeps_the_session_and_ctrl_c_cancels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+    starts: list[NativeFrame] = []
+    real_iter_events = Client.iter_events
+
+    def recording(self: Client, agent: str, message: str, **kwargs: Any) -> Iterator[NativeFrame]:
+        calls.append({"message": message, **kwargs})
+        for frame in real_iter_events(self, agent, message, **kwargs):
+            if frame.event == "start":
+                starts.append(frame)
+            yield frame
+
+    real_feed = cli.StreamRenderer.feed
+
+    def impatient(self: cli.StreamRenderer, frame: NativeFrame) -> None:
+        if frame.event == "reasoning_delta" and len(calls) == 1:
+            raise KeyboardInterrupt  # the user presses Ctrl-C mid-answer
+        real_feed(self, frame)
+
+    monkeypatch.setattr(Client, "iter_events", recording)
+    monkeypatch.setattr(cli.StreamRenderer, "feed", impatient)
+    with serve(make_settings(tmp_path, offline_token_delay=0.05)) as live:
+        result = invoke(*against(live, "chat", "demo"), input=f"{QUESTION}\nHello\n\n")
+        assert result.exit_code == 0, result.output
+        with Client(live.url, live.key) as client:
+            first = starts[0]
+            assert first.event == "start"
+            wait_until(lambda: client.get_run(first.run_id)["status"] != "running")
+            assert client.get_run(first.run_id)["status"] == "cancelled"
+    assert "✗ cancelled" in result.output
+    assert "Hi! I'm the offline demo model" in result.output
+    assert [c["message"] for c in calls] == [QUESTION, "Hello"]
+    assert calls[0]["session_id"] is None
+    assert calls[1]["session_id"] == first.session_id
+
+
+def wait_until(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_keys_create_prints_a_working_key(server: LiveServer) -> None:
+    data_dir = str(server.settings.data_dir)
+    result = invoke("keys", "create", "ci", "--data-dir", data_dir)
+    assert result.exit_code == 0, result.output
+    key = result.stdout.strip()
+    assert key.startswith("as_")
+    assert key != server.key
+    assert "not shown again" in result.stderr
+    with httpx.Client(base_url=server.url) as http:
+        assert http.get("/api/agents", headers={"apikey": key}).status_code == 200
+        assert http.get("/api/agents", headers={"apikey": key + "x"}).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("run", "demo", "hi"), "Error 401: Missing or invalid API key"),
+        (("replay", "run_x"), "Error 401: Missing or invalid API key"),
+    ],
+)
+def test_bad_key_is_one_readable_line(
+    server: LiveServer, args: tuple[str, ...], message: str
+) -> None:
+    result = invoke(*against(server, *args, key="wrong"))
+    assert result.exit_code == 1
+    assert result.output.startswith(message)
+    assert "AGENTSTREAM_API_KEY" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_unknown_agent_and_run_exit_1(server: LiveServer) -> None:
+    result = invoke(*against(server, "run", "nope", "hi"))
+    assert (result.exit_code, result.output) == (1, "Error 404: No agent 'nope'.\n")
+    result = invoke(*against(server, "replay", "run_x"))
+    assert (result.exit_code, result.output) == (1, "Error 404: No run 'run_x'.\n")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_no_server_says_how_to_start_one() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = invoke("run", "demo", "hi", "--url", url, "--key", "k")
+    assert result.exit_code == 1
+    assert f"Could not reach the agentstream server at {url}" in result.output
+    assert "agentstream serve --demo" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_starts_the_demo_and_logs_its_key(tmp_path: Path) -> None:
+    port = free_port()
+    command = Path(sys.executable).with_name("agentstream")
+    args = [str(command), "serve", "--demo", "--port", str(port), "--data-dir", str(tmp_path)]
+    process = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: process.poll() is not None or _healthy(url), timeout=30)
+        key = (tmp_path / "demo-key").read_text().strip()
+        with Client(url, key) as client:
+            assert client.run("demo", QUESTION).content == "The answer is 391."
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+    assert url in output
+    assert f"Demo API key: {key}" in output
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
