@@ -22,24 +22,31 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from agentstream.agents import AgentSpec
+from agentstream.deployments import DeploymentSettings
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
+    DeploymentRow,
     MessageRow,
     RunEventRow,
     RunRow,
     SessionRow,
 )
 
-__all__ = ["RunRecord", "Store", "StoredAgent"]
+__all__ = ["RunRecord", "Store", "StoredAgent", "StoredDeployment"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite drops the zone on the way back: every time we store is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _digest(key: str) -> str:
@@ -52,6 +59,14 @@ class StoredAgent:
     version: int
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDeployment:
+    settings: DeploymentSettings
+    password_hash: str | None
+    agent: StoredAgent
+    """The agent snapshot this deployment serves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,39 @@ class Store:
     async def delete_agent(self, agent_id: str) -> bool:
         async with self._session.begin() as db:
             result = await db.execute(delete(AgentRow).where(AgentRow.id == agent_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    # Chat deployments
+
+    async def put_deployment(
+        self, settings: DeploymentSettings, *, agent: StoredAgent, password_hash: str | None
+    ) -> StoredDeployment:
+        """Create or replace a deployment, pinning the given agent snapshot."""
+        async with self._session.begin() as db:
+            row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
+            if row is None:
+                row = DeploymentRow(slug=settings.slug, created_at=_now())
+                db.add(row)
+            row.settings = settings.model_dump(mode="json")
+            row.password_hash = password_hash
+            row.agent_spec = agent.spec.model_dump(mode="json")
+            row.agent_version = agent.version
+            row.updated_at = _now()
+        return _stored_deployment(row)
+
+    async def get_deployment(self, slug: str) -> StoredDeployment | None:
+        async with self._session() as db:
+            row = await db.get(DeploymentRow, slug)
+        return None if row is None else _stored_deployment(row)
+
+    async def list_deployments(self) -> list[StoredDeployment]:
+        async with self._session() as db:
+            rows = await db.scalars(select(DeploymentRow).order_by(DeploymentRow.slug))
+            return [_stored_deployment(row) for row in rows]
+
+    async def delete_deployment(self, slug: str) -> bool:
+        async with self._session.begin() as db:
+            result = await db.execute(delete(DeploymentRow).where(DeploymentRow.slug == slug))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # Sessions and runs
@@ -262,8 +310,22 @@ def _stored_agent(row: AgentRow) -> StoredAgent:
     return StoredAgent(
         spec=AgentSpec.model_validate(row.spec),
         version=row.version,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        created_at=_utc(row.created_at),
+        updated_at=_utc(row.updated_at),
+    )
+
+
+def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
+    agent = StoredAgent(
+        spec=AgentSpec.model_validate(row.agent_spec),
+        version=row.agent_version,
+        created_at=_utc(row.created_at),
+        updated_at=_utc(row.updated_at),
+    )
+    return StoredDeployment(
+        settings=DeploymentSettings.model_validate(row.settings),
+        password_hash=row.password_hash,
+        agent=agent,
     )
 
 
@@ -279,8 +341,8 @@ def _run_record(row: RunRow) -> RunRecord:
         error=row.error,
         usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
         reasoning_requested=row.reasoning_requested,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
+        created_at=_utc(row.created_at),
+        finished_at=None if row.finished_at is None else _utc(row.finished_at),
     )
 
 

@@ -8,7 +8,16 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AgentRow", "ApiKeyRow", "Base", "MessageRow", "RunEventRow", "RunRow", "SessionRow"]
+__all__ = [
+    "AgentRow",
+    "ApiKeyRow",
+    "Base",
+    "DeploymentRow",
+    "MessageRow",
+    "RunEventRow",
+    "RunRow",
+    "SessionRow",
+]
 
 
 class Base(DeclarativeBase):
@@ -90,3 +99,18 @@ class RunEventRow(Base):
     type: Mapped[str] = mapped_column(String(40))
     ts: Mapped[float] = mapped_column(Float)
     payload: Mapped[dict[str, Any]] = mapped_column()
+
+
+class DeploymentRow(Base):
+    """A chat deployment with the agent snapshot it serves."""
+
+    __tablename__ = "chat_deployments"
+
+    slug: Mapped[str] = mapped_column(String(63), primary_key=True)
+    settings: Mapped[dict[str, Any]] = mapped_column()
+    password_hash: Mapped[str | None] = mapped_column(String(200))
+    agent_spec: Mapped[dict[str, Any]] = mapped_column()
+    """The agent as it was when deployed: later edits need a redeploy."""
+    agent_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
