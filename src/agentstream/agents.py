@@ -1,4 +1,5 @@
-"""Agent definitions: model, instructions, tools and limits, from the API or a YAML file."""
+"""Agent definitions: model, instructions, tools and limits, from the API or a YAML file
+(which may also declare chat deployments of them)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["AgentSpec", "AgentUpdate", "load_agents_file"]
+from agentstream.deployments import DeploymentCreate
+
+__all__ = ["AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
 
 AgentId = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,99}$"), Field(examples=["demo"])
@@ -53,10 +56,16 @@ class AgentSpec(BaseModel):
         return self.model_copy(update=update.model_dump(exclude_unset=True))
 
 
-_AgentList = TypeAdapter(list[AgentSpec])
+class Definitions(BaseModel):
+    """A definitions file: agents, and chat deployments of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agents: list[AgentSpec] = Field(default_factory=list)
+    deployments: list[DeploymentCreate] = Field(default_factory=list)
 
 
-def load_agents_file(path: Path) -> list[AgentSpec]:
-    """Agents from a YAML file: ``agents:`` followed by a list of agent definitions."""
+def load_definitions(path: Path) -> Definitions:
+    """Agents and deployments from a YAML file (``agents:`` and ``deployments:`` lists)."""
     document: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return _AgentList.validate_python(document.get("agents", []))
+    return Definitions.model_validate(document)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 from pydantic import Field
@@ -34,6 +35,9 @@ class Settings(BaseSettings):
     run_retention_seconds: float = Field(default=300.0, ge=0)
     """How long a finished run's live log (deltas included) stays available to late viewers."""
 
+    secret_key: str | None = None
+    """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
+
     @property
     def database(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'agentstream.db'}"
@@ -47,3 +51,14 @@ class Settings(BaseSettings):
     @property
     def demo_key_file(self) -> Path:
         return self.data_dir / "demo-key"
+
+    def secret(self) -> bytes:
+        """The signing key: configured, or made once and kept in the data directory."""
+        if self.secret_key:
+            return self.secret_key.encode()
+        path = self.data_dir / "secret-key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip().encode()

@@ -2,8 +2,11 @@
 
 AgentstreamError
 ├── UserError            the caller asked for something invalid (HTTP 4xx)
-│   ├── NotFound         404: no such agent, run or session
-│   └── Conflict         409: valid, but not now (e.g. the session is busy)
+│   ├── AccessDenied     401: credentials missing or wrong
+│   ├── Forbidden        403: known, but not allowed
+│   ├── NotFound         404: no such agent, run, session or deployment
+│   ├── Conflict         409: valid, but not now (e.g. the session is busy)
+│   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
 ├── RunError             a run could not produce an answer
 │   └── MaxStepsExceeded the agent kept calling tools past its step limit
 └── ClientError          the SDK (agentstream.client) got no usable answer
@@ -19,12 +22,15 @@ from typing import Any
 __all__ = [
     "APIConnectionError",
     "APIStatusError",
+    "AccessDenied",
     "AgentstreamError",
     "ClientError",
     "Conflict",
+    "Forbidden",
     "MaxStepsExceeded",
     "NotFound",
     "RunError",
+    "TooManyAttempts",
     "UserError",
 ]
 
@@ -38,18 +44,44 @@ class UserError(AgentstreamError):
 
     status_code = 422
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    code = "invalid_request"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.headers = headers or {}
 
 
 class NotFound(UserError):
     status_code = 404
+    code = "not_found"
+
+
+class AccessDenied(UserError):
+    """The caller has not (yet) proved it may use this resource."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
+class Forbidden(UserError):
+    status_code = 403
+    code = "forbidden"
+
+
+class TooManyAttempts(UserError):
+    """Too many password or code guesses; ``Retry-After`` says when to try again."""
+
+    status_code = 429
+    code = "too_many_attempts"
 
 
 class Conflict(UserError):
     status_code = 409
+    code = "conflict"
 
 
 class RunError(AgentstreamError):

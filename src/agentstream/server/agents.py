@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentstream.agents import AgentSpec, AgentUpdate
 from agentstream.errors import Conflict, NotFound
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import native_chunks
+from agentstream.server.frames import event_chunks, native
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.store.store import StoredAgent
@@ -106,5 +106,7 @@ async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
         svc.runs.cancel(run.run_id, "Client cancelled request")
 
     return EventStreamResponse(
-        native_chunks(subscription), keepalive=svc.settings.keepalive_seconds, on_disconnect=cancel
+        event_chunks(subscription, native),
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=cancel,
     )

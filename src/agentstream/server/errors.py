@@ -48,8 +48,9 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _user_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UserError)
-    code = {404: "not_found", 409: "conflict"}.get(exc.status_code, "invalid_request")
-    return error_response(exc.status_code, code, exc.message, field=exc.field)
+    response = error_response(exc.status_code, exc.code, exc.message, field=exc.field)
+    response.headers.update(exc.headers)
+    return response
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:

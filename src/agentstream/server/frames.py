@@ -1,36 +1,50 @@
-"""Subscription to SSE bytes for the native surface: view each event, encode, batch."""
+"""From a run subscription to SSE bytes: render each event with a view, encode, batch."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from agentstream import sse
 from agentstream.events import BaseEvent
 from agentstream.runlog import Subscription
 from agentstream.views.native import frame
 
-__all__ = ["encode_native", "native_chunks"]
+__all__ = ["Render", "encode_events", "event_chunks", "native"]
+
+Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
+"""A view: the frames one event becomes on a surface (often none or one)."""
 
 
-def encode_native(events: Iterable[BaseEvent]) -> bytes:
-    """The SSE text of the events this surface shows, one ``id: <seq>`` frame each."""
-    out = []
-    for event in events:
-        data = frame(event)
-        if data is not None:
-            out.append(sse.encode(json.dumps(data, separators=(",", ":")), id=event.seq))
-    return "".join(out).encode()
+def native(event: BaseEvent) -> Iterable[dict[str, Any]]:
+    shown = frame(event)
+    return () if shown is None else (shown,)
 
 
-def native_chunks(subscription: Subscription) -> Callable[[], Awaitable[bytes | None]]:
-    """A ``next_chunk`` for ``EventStreamResponse``: None when the run is over."""
+def encode_events(events: Iterable[BaseEvent], render: Render) -> bytes:
+    """The SSE text of the frames the events become, each with ``id: <seq>``."""
+    return "".join(
+        sse.encode(json.dumps(data, separators=(",", ":")), id=event.seq)
+        for event in events
+        for data in render(event)
+    ).encode()
+
+
+def event_chunks(
+    subscription: Subscription, render: Render, *, trailer: bytes = b""
+) -> Callable[[], Awaitable[bytes | None]]:
+    """A ``next_chunk`` for ``EventStreamResponse``; ``trailer`` goes out after the run's
+    last event, then None ends the response."""
+    pending_trailer = trailer
 
     async def next_chunk() -> bytes | None:
+        nonlocal pending_trailer
         while batch := await subscription.next_batch():
-            if chunk := encode_native(batch):
+            if chunk := encode_events(batch, render):
                 return chunk
         subscription.close()
-        return None
+        chunk, pending_trailer = pending_trailer, b""
+        return chunk or None
 
     return next_chunk

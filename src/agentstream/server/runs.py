@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from agentstream.errors import Conflict, NotFound
 from agentstream.events import Reasoning, ToolCall, ToolResult
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import encode_native, native_chunks
+from agentstream.server.frames import encode_events, event_chunks, native
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.native import UsageJSON, frame, usage_json
@@ -128,14 +128,14 @@ async def resume_stream(
     if run_id in svc.runs.log:
         subscription = svc.runs.log.subscribe(run_id, after=start)
         return EventStreamResponse(
-            native_chunks(subscription),
+            event_chunks(subscription, native),
             keepalive=svc.settings.keepalive_seconds,
             on_disconnect=subscription.close,
         )
     if await svc.store.get_run(run_id) is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
     stored = [e for e in await svc.store.run_events(run_id) if e.seq > start]
-    pending: list[bytes] = [encode_native(stored)] if stored else []
+    pending: list[bytes] = [encode_events(stored, native)] if stored else []
 
     async def next_chunk() -> bytes | None:
         return pending.pop() if pending else None

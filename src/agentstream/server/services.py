@@ -1,4 +1,4 @@
-"""What the routers share: settings, store, runs. Built by the app's lifespan."""
+"""What the routers share: settings, store, runs, chat access. Built by the lifespan."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from fastapi import Request
 
 from agentstream.config import Settings
 from agentstream.runtime.runs import RunManager
+from agentstream.server.chat_access import ChatAccess
 from agentstream.store import Store
 
 __all__ = ["Services", "services"]
@@ -18,6 +19,7 @@ class Services:
     settings: Settings
     store: Store
     runs: RunManager
+    chat_access: ChatAccess
 
 
 def services(request: Request) -> Services:

@@ -66,7 +66,8 @@ class StoredDeployment:
     settings: DeploymentSettings
     password_hash: str | None
     agent: StoredAgent
-    """The agent snapshot this deployment serves."""
+    """The agent snapshot this deployment serves (its times are the deployment's)."""
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +327,7 @@ def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
         settings=DeploymentSettings.model_validate(row.settings),
         password_hash=row.password_hash,
         agent=agent,
+        updated_at=_utc(row.updated_at),
     )
 
 

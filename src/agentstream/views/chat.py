@@ -71,6 +71,8 @@ class _Block:
     streamed_text: bool = False
     """Live text went out in the current step and may need a ``chunk_reset``."""
     thinking_sent: int = 0
+    thinking_step: int = 0
+    """The step whose thinking went out last: a new step's starts on a new paragraph."""
     tool_calls: dict[str, Frame] = field(default_factory=dict)
 
 
@@ -94,10 +96,12 @@ class ChatView:
                 return [{"blockId": block_id, "event": "chunk_reset"}]
             case Text(text=text) if not policy.live_text and text:
                 return [{"blockId": block_id, "chunk": self._shown(text)}]
-            case ReasoningDelta(delta=delta) if policy.thinking and policy.redact is None:
-                return self._thinking(delta)
-            case Reasoning(text=text) if policy.thinking and policy.redact is not None:
-                return self._thinking(policy.redact(text))
+            case ReasoningDelta(step=step, delta=delta) if (
+                policy.thinking and policy.redact is None
+            ):
+                return self._thinking(step, delta)
+            case Reasoning(step=step, text=text) if policy.thinking and policy.redact is not None:
+                return self._thinking(step, policy.redact(text))
             case ToolCall(call_id=call_id, tool_name=name):
                 block.tool_calls[call_id] = {"id": call_id, "name": name, "status": "pending"}
                 if policy.tools:
@@ -159,10 +163,14 @@ class ChatView:
     def _shown(self, text: str) -> str:
         return self.policy.redact(text) if self.policy.redact else text
 
-    def _thinking(self, text: str) -> list[Frame]:
-        room = THINKING_CAP - self._block.thinking_sent
+    def _thinking(self, step: int, text: str) -> list[Frame]:
+        block = self._block
+        if block.thinking_step not in (0, step):
+            text = "\n\n" + text
+        block.thinking_step = step
+        room = THINKING_CAP - block.thinking_sent
         if room <= 0:
             return []
         text = text[:room]
-        self._block.thinking_sent += len(text)
+        block.thinking_sent += len(text)
         return [{"blockId": self.block_id, "event": "thinking", "data": text}]

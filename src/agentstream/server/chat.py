@@ -1,0 +1,230 @@
+"""The public chat endpoint (spec 000): ``POST /api/chat/{slug}`` and the deployment's info.
+
+Access is the deployment's: public, password, email code or API key. The stream is the
+chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentstream.deployments import email_allowed, verify_password
+from agentstream.errors import AccessDenied, Forbidden, NotFound, TooManyAttempts, UserError
+from agentstream.redaction import redact
+from agentstream.server.auth import api_key_of
+from agentstream.server.frames import event_chunks
+from agentstream.server.services import Services, services
+from agentstream.server.streaming import EventStreamResponse
+from agentstream.store.store import StoredDeployment
+from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/chat", tags=["public chat"])
+Svc = Annotated[Services, Depends(services)]
+
+DONE = b'data: "[DONE]"\n\n'
+
+
+class ChatRequest(BaseModel):
+    """A message, or credentials only (then nothing runs: the reply says you're in)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str | None = Field(default=None, min_length=1, max_length=200_000)
+    conversationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    """Continue this conversation; a new one is started (and returned) if absent."""
+    password: str | None = Field(default=None, max_length=200)
+    email: str | None = Field(default=None, max_length=320)
+    otp: str | None = Field(default=None, max_length=20)
+    """The one-time code sent to ``email``."""
+    files: list[Any] | None = None
+
+
+class ChatInfo(BaseModel):
+    slug: str
+    title: str
+    greeting: str
+    access: str
+    authenticated: bool
+    includeThinking: bool
+    includeToolCalls: bool
+
+
+def _cookie(slug: str) -> str:
+    return f"agentstream_chat_{slug}"
+
+
+async def _deployment(svc: Services, slug: str) -> StoredDeployment:
+    stored = await svc.store.get_deployment(slug)
+    if stored is None:
+        raise NotFound(f"No chat deployment {slug!r}", field="slug")
+    return stored
+
+
+def _binding(deployment: StoredDeployment) -> str:
+    return deployment.password_hash or "email"
+
+
+async def _has_access(svc: Services, deployment: StoredDeployment, request: Request) -> bool:
+    """Access without presenting credentials in the body: public, key, or cookie."""
+    settings = deployment.settings
+    if settings.access == "public":
+        return True
+    if settings.access == "api_key":
+        key = api_key_of(request.headers.get("apikey"), request.headers.get("authorization"))
+        return key is not None and await svc.store.is_api_key(key)
+    token = request.cookies.get(_cookie(settings.slug))
+    if token is None:
+        return False
+    identity = svc.chat_access.signer.verify(token, settings.slug, binding=_binding(deployment))
+    if identity is None:
+        return False
+    return settings.access == "password" or email_allowed(identity, settings.allowed_emails)
+
+
+async def _authenticate(
+    svc: Services, deployment: StoredDeployment, body: ChatRequest, client: str
+) -> str:
+    """Check the credentials in the body; the identity to sign into a cookie."""
+    settings, access = deployment.settings, svc.chat_access
+    if settings.access == "api_key":
+        raise AccessDenied("This chat needs an API key: send 'apikey: KEY'", field="apikey")
+    if settings.access == "password":
+        if body.password is None:
+            raise AccessDenied("This chat is password protected", field="password")
+        _count_guess(svc, settings.slug, client)
+        assert deployment.password_hash is not None
+        if not verify_password(body.password, deployment.password_hash):
+            raise AccessDenied("Wrong password", field="password")
+        return ""
+    email = (body.email or "").strip().lower()
+    if not email:
+        raise AccessDenied("This chat is for invited emails: send your email", field="email")
+    if not email_allowed(email, settings.allowed_emails):
+        raise Forbidden("This email is not invited to this chat", field="email")
+    if body.otp is None:
+        code = access.codes.issue(settings.slug, email)
+        await access.send_email(
+            email,
+            f"Your code for {settings.title or settings.slug}",
+            f"Your sign-in code is {code}. It is valid for 10 minutes.",
+        )
+        raise AccessDenied(f"We sent a code to {email}: send it as 'otp'", field="otp")
+    _count_guess(svc, settings.slug, client)
+    if not access.codes.redeem(settings.slug, email, body.otp):
+        raise AccessDenied("Wrong or expired code", field="otp")
+    return email
+
+
+def _count_guess(svc: Services, slug: str, client: str) -> None:
+    wait = svc.chat_access.guesses.retry_after((client, slug))
+    if wait:
+        seconds = str(int(wait) + 1)
+        raise TooManyAttempts(
+            f"Too many attempts; try again in {seconds} seconds",
+            field="password",
+            headers={"Retry-After": seconds},
+        )
+
+
+@router.get("/{slug}")
+async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
+    """What the hosted page needs to render the chat: no secrets."""
+    deployment = await _deployment(svc, slug)
+    s = deployment.settings
+    return ChatInfo(
+        slug=s.slug,
+        title=s.title or deployment.agent.spec.name or s.slug,
+        greeting=s.greeting,
+        access=s.access,
+        authenticated=await _has_access(svc, deployment, request),
+        includeThinking=s.include_thinking,
+        includeToolCalls=s.include_tool_calls,
+    )
+
+
+@router.post(
+    "/{slug}",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}},
+)
+async def chat(
+    slug: str,
+    body: ChatRequest,
+    request: Request,
+    svc: Svc,
+    protocol: Annotated[str | None, Header(alias=PROTOCOL_HEADER)] = None,
+) -> Response:
+    """Send a message and stream the answer; or, with only credentials, sign in."""
+    deployment = await _deployment(svc, slug)
+    if body.files:
+        raise UserError("File uploads are not supported by this server yet", field="files")
+    signed_in: str | None = None
+    if not await _has_access(svc, deployment, request):
+        client = request.client.host if request.client else "unknown"
+        identity = await _authenticate(svc, deployment, body, client)
+        signed_in = svc.chat_access.signer.sign(
+            slug, identity=identity, binding=_binding(deployment)
+        )
+    response = (
+        JSONResponse({"authenticated": True})
+        if body.input is None
+        else await _stream(svc, deployment, body.input, body.conversationId, protocol)
+    )
+    if signed_in is not None:
+        response.set_cookie(
+            _cookie(slug),
+            signed_in,
+            max_age=int(svc.chat_access.signer.max_age),
+            httponly=True,
+            samesite="lax",
+            path="/",
+        )
+    return response
+
+
+async def _stream(
+    svc: Services,
+    deployment: StoredDeployment,
+    message: str,
+    conversation_id: str | None,
+    protocol: str | None,
+) -> Response:
+    settings, agent = deployment.settings, deployment.agent
+    negotiated = (protocol or "").strip().lower() == PROTOCOL_V1
+    policy = ChatPolicy(
+        protocol_v1=negotiated,
+        include_thinking=settings.include_thinking,
+        include_tool_calls=settings.include_tool_calls,
+        redact=redact if settings.redact_pii else None,
+        outputs=tuple(settings.outputs),
+    )
+    conversation_id = conversation_id or uuid.uuid4().hex
+    session_key = f"{settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
+    run = await svc.runs.start(
+        agent,
+        message,
+        session_id="cnv_" + hashlib.sha256(session_key).hexdigest()[:36],
+        create_session=True,
+        reasoning=policy.thinking,
+    )
+    view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
+    subscription = svc.runs.log.subscribe(run.run_id)
+
+    def cancel() -> None:
+        subscription.close()
+        svc.runs.cancel(run.run_id, "Client cancelled request")
+
+    return EventStreamResponse(
+        event_chunks(subscription, view.frames, trailer=DONE),
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=cancel,
+        headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
+    )

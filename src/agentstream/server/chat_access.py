@@ -1,0 +1,125 @@
+"""Who may chat with a deployment: password, email one-time codes, API key, or anyone.
+
+A successful password or code earns a signed cookie scoped to the deployment, so the
+page does not ask again. Password and code guesses are limited per client and deployment.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+__all__ = ["ChatAccess", "CodeBook", "EmailSender", "GuessLimiter", "SessionSigner", "log_code"]
+
+logger = logging.getLogger("agentstream.chat")
+
+EmailSender = Callable[[str, str, str], Awaitable[None]]
+"""``await send(to, subject, body)``."""
+
+
+async def log_code(to: str, subject: str, body: str) -> None:
+    """The sender when no mail server is configured: the code goes to the server log."""
+    logger.warning("No SMTP configured; would send to %s: %s: %s", to, subject, body)
+
+
+class GuessLimiter:
+    """At most ``limit`` guesses per key in any ``window`` seconds (a sliding window)."""
+
+    def __init__(self, *, limit: int = 10, window: float = 15 * 60) -> None:
+        self.limit = limit
+        self.window = window
+        self._guesses: dict[tuple[str, str], deque[float]] = {}
+
+    def retry_after(self, key: tuple[str, str]) -> float:
+        """Seconds until the next guess is allowed; 0 if it is allowed now (and counted)."""
+        now = time.monotonic()
+        guesses = self._guesses.setdefault(key, deque())
+        while guesses and guesses[0] <= now - self.window:
+            guesses.popleft()
+        if len(guesses) >= self.limit:
+            return guesses[0] + self.window - now
+        guesses.append(now)
+        return 0.0
+
+
+@dataclass(slots=True)
+class _Code:
+    digest: str
+    expires: float
+
+
+@dataclass
+class CodeBook:
+    """One-time codes sent to allowed email addresses, valid for ``ttl`` seconds."""
+
+    ttl: float = 10 * 60
+    _codes: dict[tuple[str, str], _Code] = field(default_factory=dict)
+
+    def issue(self, slug: str, email: str) -> str:
+        code = f"{secrets.randbelow(10**6):06d}"
+        self._codes[slug, email] = _Code(_digest(code), time.monotonic() + self.ttl)
+        return code
+
+    def redeem(self, slug: str, email: str, code: str) -> bool:
+        issued = self._codes.get((slug, email))
+        if issued is None or issued.expires < time.monotonic():
+            return False
+        if not hmac.compare_digest(issued.digest, _digest(code.strip())):
+            return False
+        del self._codes[slug, email]
+        return True
+
+
+class SessionSigner:
+    """Signed, expiring proof that a client passed a deployment's access check.
+
+    ``identity`` (the email, or "") travels in the token; ``binding`` (e.g. the password
+    hash) does not, but is signed, so changing the password logs everyone out.
+    """
+
+    def __init__(self, secret: bytes, *, max_age: float = 7 * 24 * 3600) -> None:
+        self._secret = secret
+        self.max_age = max_age
+
+    def sign(self, slug: str, *, identity: str, binding: str) -> str:
+        expires = str(int(time.time() + self.max_age))
+        encoded = base64.urlsafe_b64encode(identity.encode()).decode()
+        return f"{encoded}.{expires}.{self._mac(slug, identity, binding, expires)}"
+
+    def verify(self, token: str, slug: str, *, binding: str) -> str | None:
+        """The identity the token was signed for, or None if it is not valid here."""
+        try:
+            encoded, expires, mac = token.split(".")
+            identity = base64.urlsafe_b64decode(encoded).decode()
+        except ValueError:
+            return None
+        if not expires.isdigit() or int(expires) < time.time():
+            return None
+        if not hmac.compare_digest(mac, self._mac(slug, identity, binding, expires)):
+            return None
+        return identity
+
+    def _mac(self, slug: str, identity: str, binding: str, expires: str) -> str:
+        message = "\n".join((slug, identity, binding, expires)).encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChatAccess:
+    """The access machinery the chat endpoint shares across requests."""
+
+    signer: SessionSigner
+    send_email: EmailSender = log_code
+    guesses: GuessLimiter = field(default_factory=GuessLimiter)
+    codes: CodeBook = field(default_factory=CodeBook)
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()

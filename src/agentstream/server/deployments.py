@@ -1,0 +1,119 @@
+"""Chat deployments API: publish an agent as a public chat, with toggles and access rules."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel
+
+from agentstream.deployments import (
+    DeploymentCreate,
+    DeploymentSettings,
+    DeploymentUpdate,
+    hash_password,
+)
+from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.server.auth import require_api_key
+from agentstream.server.services import Services, services
+from agentstream.store.store import StoredAgent, StoredDeployment
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/api/chat-deployments",
+    tags=["chat deployments"],
+    dependencies=[Depends(require_api_key)],
+)
+Svc = Annotated[Services, Depends(services)]
+
+
+class DeploymentOut(BaseModel):
+    deployment: DeploymentSettings
+    agent_version: int
+    """The version of the agent this deployment pinned: redeploy to pick up changes."""
+    has_password: bool
+    url: str
+    updated_at: datetime
+
+
+def _out(stored: StoredDeployment) -> DeploymentOut:
+    return DeploymentOut(
+        deployment=stored.settings,
+        agent_version=stored.agent.version,
+        has_password=stored.password_hash is not None,
+        url=f"/chat/{stored.settings.slug}",
+        updated_at=stored.updated_at,
+    )
+
+
+async def _deployment(svc: Services, slug: str) -> StoredDeployment:
+    stored = await svc.store.get_deployment(slug)
+    if stored is None:
+        raise NotFound(f"No chat deployment {slug!r}", field="slug")
+    return stored
+
+
+async def _agent(svc: Services, agent_id: str) -> StoredAgent:
+    agent = await svc.store.get_agent(agent_id)
+    if agent is None:
+        raise NotFound(f"No agent {agent_id!r}", field="agent_id")
+    return agent
+
+
+def _check(settings: DeploymentSettings, password_hash: str | None) -> None:
+    if settings.access == "password" and password_hash is None:
+        raise UserError("Password access needs a password", field="password")
+    if settings.access == "email" and not settings.allowed_emails:
+        raise UserError("Email access needs at least one allowed email", field="allowed_emails")
+
+
+async def deploy(
+    svc: Services, settings: DeploymentSettings, password_hash: str | None
+) -> StoredDeployment:
+    """Validate and store a deployment with a fresh snapshot of its agent."""
+    _check(settings, password_hash)
+    agent = await _agent(svc, settings.agent_id)
+    return await svc.store.put_deployment(settings, agent=agent, password_hash=password_hash)
+
+
+@router.get("")
+async def list_deployments(svc: Svc) -> list[DeploymentOut]:
+    return [_out(d) for d in await svc.store.list_deployments()]
+
+
+@router.post("", status_code=201)
+async def create_deployment(body: DeploymentCreate, svc: Svc) -> DeploymentOut:
+    if await svc.store.get_deployment(body.slug) is not None:
+        raise Conflict(f"Chat deployment {body.slug!r} exists; PATCH it", field="slug")
+    settings = DeploymentSettings.model_validate(body.model_dump(exclude={"password"}))
+    password_hash = hash_password(body.password) if body.password else None
+    return _out(await deploy(svc, settings, password_hash))
+
+
+@router.get("/{slug}")
+async def get_deployment(slug: str, svc: Svc) -> DeploymentOut:
+    return _out(await _deployment(svc, slug))
+
+
+@router.patch("/{slug}")
+async def update_deployment(slug: str, update: DeploymentUpdate, svc: Svc) -> DeploymentOut:
+    """Change settings; also re-snapshots the agent, like a redeploy."""
+    stored = await _deployment(svc, slug)
+    password_hash = hash_password(update.password) if update.password else stored.password_hash
+    return _out(await deploy(svc, stored.settings.updated(update), password_hash))
+
+
+@router.post("/{slug}/redeploy")
+async def redeploy(slug: str, svc: Svc) -> DeploymentOut:
+    """Pick up the agent's current model, tools and instructions."""
+    stored = await _deployment(svc, slug)
+    return _out(await deploy(svc, stored.settings, stored.password_hash))
+
+
+@router.delete("/{slug}", status_code=204)
+async def delete_deployment(slug: str, svc: Svc) -> Response:
+    if not await svc.store.delete_deployment(slug):
+        raise NotFound(f"No chat deployment {slug!r}", field="slug")
+    return Response(status_code=204)

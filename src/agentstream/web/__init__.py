@@ -1,0 +1,1 @@
+"""The hosted web UI: static files, no build step."""

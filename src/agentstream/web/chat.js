@@ -1,0 +1,210 @@
+// The hosted chat page. It always sends the protocol header, so it gets answer text live
+// (appending `chunk`, honouring `chunk_reset`) and, where the deployment allows, thinking
+// and tool frames. Text from the server is only ever set with textContent.
+"use strict";
+
+const PROTOCOL = { "X-Sim-Stream-Protocol": "agent-events-v1" };
+const slug = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
+const api = `/api/chat/${encodeURIComponent(slug)}`;
+const $ = (id) => document.getElementById(id);
+const conversationKey = `agentstream:conversation:${slug}`;
+let conversationId = sessionStorage.getItem(conversationKey) || crypto.randomUUID();
+let controller = null;
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function setStatus(text, isError = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", isError);
+}
+
+async function errorMessage(response) {
+  try {
+    const body = await response.json();
+    return body.error?.message || `HTTP ${response.status}`;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
+// One assistant message: Thinking and Tools sections above the answer, made on demand.
+class AssistantMessage {
+  constructor() {
+    this.root = element("div", "message assistant");
+    this.answer = element("div", "answer");
+    this.root.append(this.answer);
+    $("conversation").append(this.root);
+  }
+  section(name, title) {
+    if (!this[name]) {
+      const details = element("details", name);
+      details.open = true;
+      details.append(element("summary", "", title));
+      this.root.insertBefore(details, this.answer);
+      this[name] = details;
+    }
+    return this[name];
+  }
+  thinking(text) {
+    const section = this.section("thinkingSection", "Thinking");
+    let body = section.querySelector(".thinking-text");
+    if (!body) section.append((body = element("p", "thinking-text")));
+    body.textContent += text;
+  }
+  tool(frame) {
+    const section = this.section("toolsSection", "Tools");
+    let list = section.querySelector("ul");
+    if (!list) section.append((list = element("ul")));
+    let item = list.querySelector(`[data-id="${CSS.escape(frame.id)}"]`);
+    if (!item) {
+      item = element("li", "tool", frame.name);
+      item.dataset.id = frame.id;
+      list.append(item);
+    }
+    item.dataset.status = frame.phase === "start" ? "running" : frame.status || "success";
+  }
+  append(text) { this.answer.textContent += text; }
+  reset() { this.answer.textContent = ""; }
+  fail(text) { this.root.append(element("p", "error", text)); }
+}
+
+// Server-Sent Events from a fetch body: frames end at a blank line; comment lines are skipped.
+async function* sseData(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
+    buffer = frames.pop();
+    for (const frame of frames) {
+      const data = frame.split(/\r\n|\n|\r/)
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5));
+      if (data.length) yield JSON.parse(data.join("\n"));
+    }
+  }
+}
+
+function handle(frame, message) {
+  if (frame === "[DONE]") return;
+  if ("chunk" in frame) return message.append(frame.chunk);
+  switch (frame.event) {
+    case "chunk_reset": return message.reset();
+    case "thinking": return message.thinking(frame.data);
+    case "tool": return message.tool(frame);
+    case "error": return message.fail(frame.error);
+    case "final":
+      if (frame.data.conversationId) {
+        conversationId = frame.data.conversationId;
+        sessionStorage.setItem(conversationKey, conversationId);
+      }
+      return;
+  }
+}
+
+async function send(text) {
+  $("conversation").append(element("div", "message user", text));
+  const message = new AssistantMessage();
+  controller = new AbortController();
+  $("send").hidden = true;
+  $("stop").hidden = false;
+  setStatus("");
+  try {
+    const response = await fetch(api, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...PROTOCOL },
+      body: JSON.stringify({ input: text, conversationId }),
+      signal: controller.signal,
+      credentials: "same-origin",
+    });
+    if (response.status === 401) {
+      message.fail(await errorMessage(response));
+      return showSignIn(await loadInfo());
+    }
+    if (!response.ok) return message.fail(await errorMessage(response));
+    for await (const frame of sseData(response.body)) handle(frame, message);
+  } catch (error) {
+    if (error.name === "AbortError") setStatus("Stopped.");
+    else message.fail(`Connection lost: ${error.message}`);
+  } finally {
+    controller = null;
+    $("send").hidden = false;
+    $("stop").hidden = true;
+  }
+}
+
+async function loadInfo() {
+  const response = await fetch(api, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(await errorMessage(response));
+  return response.json();
+}
+
+function showSignIn(info) {
+  $("signin").hidden = false;
+  $("composer").hidden = true;
+  const byEmail = info.access === "email";
+  $("signin-email").hidden = !byEmail;
+  $("signin-secret").hidden = false;
+  $("signin-secret").placeholder = byEmail ? "Code from the email (leave empty to get one)" : "Password";
+  $("signin-secret").required = !byEmail;
+  $("signin-prompt").textContent = byEmail
+    ? "This chat is for invited people: enter your email, then the code we send you."
+    : info.access === "api_key" ? "This chat needs an API key." : "This chat is password protected.";
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const secret = $("signin-secret").value;
+  const body = $("signin-email").hidden
+    ? { password: secret }
+    : { email: $("signin-email").value, ...(secret ? { otp: secret } : {}) };
+  const response = await fetch(api, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  if (!response.ok) return setStatus(await errorMessage(response), response.status !== 401 || !!secret);
+  $("signin").hidden = true;
+  $("composer").hidden = false;
+  setStatus("");
+}
+
+async function start() {
+  sessionStorage.setItem(conversationKey, conversationId);
+  let info;
+  try {
+    info = await loadInfo();
+  } catch (error) {
+    return setStatus(error.message, true);
+  }
+  document.title = info.title;
+  $("title").textContent = info.title;
+  if (info.greeting) $("conversation").append(element("div", "message assistant", info.greeting));
+  if (info.authenticated) $("composer").hidden = false;
+  else showSignIn(info);
+  $("signin-form").addEventListener("submit", signIn);
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("input").value.trim();
+    if (!text || controller) return;
+    $("input").value = "";
+    send(text);
+  });
+  $("input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("stop").addEventListener("click", () => controller?.abort());
+}
+
+start();

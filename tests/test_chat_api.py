@@ -1,0 +1,362 @@
+"""The public chat over real HTTP: negotiation, toggles, access control, abort, redaction."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.tools import Tool
+from conftest import LiveServer, make_settings, read_events, serve
+
+V1 = {"X-Sim-Stream-Protocol": "agent-events-v1"}
+MAIL: list[tuple[str, str]] = []
+
+
+async def capture_mail(to: str, subject: str, body: str) -> None:
+    MAIL.append((to, body))
+
+
+async def wait(seconds: float = 30.0) -> str:
+    """Wait, then say so."""
+    await anyio.sleep(seconds)
+    return "waited"
+
+
+def call_wait(request: ModelRequest) -> list[ModelPart]:
+    if request.messages[-1].role == "tool":
+        return [TextPart("done"), TurnEndPart("end_turn")]
+    return [
+        ToolCallStartPart("w1", "wait"),
+        ToolCallArgsPart("w1", '{"seconds": 30}'),
+        ToolCallEndPart("w1"),
+        TurnEndPart("tool_calls"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with serve(
+        make_settings(tmp_path_factory.mktemp("chat")),
+        tools=[Tool.from_function(wait)],
+        models=[ScriptedModel("waiter", call_wait)],
+        agents=[AgentSpec(id="waiter", model="waiter", tools=["wait"])],
+        email_sender=capture_mail,
+    ) as server:
+        yield server
+
+
+def deploy(live: LiveServer, **settings: Any) -> str:
+    settings.setdefault("agent_id", "demo")
+    with live.client() as client:
+        response = client.post("/api/chat-deployments", json=settings)
+    assert response.status_code == 201, response.text
+    return str(settings["slug"])
+
+
+def chat(
+    live: LiveServer,
+    slug: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    client: httpx.Client | None = None,
+) -> tuple[httpx.Response, list[Any]]:
+    """POST to the chat and read the whole stream: the response and each frame's JSON."""
+    own = client is None
+    client = client or httpx.Client(base_url=live.url, timeout=10)
+    try:
+        with client.stream("POST", f"/api/chat/{slug}", json=body, headers=headers or {}) as r:
+            if r.status_code != 200:
+                r.read()
+                return r, []
+            frames = [e.json() for e in read_events(r)]
+        return r, frames
+    finally:
+        if own:
+            client.close()
+
+
+def kinds(frames: list[Any]) -> list[str]:
+    return [
+        "chunk"
+        if isinstance(f, dict) and "chunk" in f
+        else f.get("event", "?")
+        if isinstance(f, dict)
+        else f
+        for f in frames
+    ]
+
+
+def test_the_spec_example_works_verbatim(live: LiveServer) -> None:
+    response, frames = chat(live, "your-slug", {"input": "Think briefly, then say hi"}, V1)
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-sim-stream-protocol"] == "agent-events-v1"
+    assert response.headers["x-accel-buffering"] == "no"
+    assert response.headers["cache-control"] == "no-cache"
+    assert frames[-1] == "[DONE]"
+    assert kinds(frames)[0] == "thinking"
+    assert kinds(frames)[-3:] == ["chunk", "final", "[DONE]"]
+    assert {k for k in kinds(frames)} == {"thinking", "chunk", "final", "[DONE]"}
+    answer = "".join(f["chunk"] for f in frames if "chunk" in f)
+    assert answer == "Hi! I'm the offline demo model, a rule-based stand-in for a real LLM."
+    assert len([f for f in frames if "chunk" in f]) > 3, "live, token by token"
+    assert all(f["blockId"] == "demo" for f in frames[:-2])
+
+
+def test_tool_turn_streams_then_resets_and_hides_arguments(live: LiveServer) -> None:
+    _, frames = chat(live, "your-slug", {"input": "What is 17 * 23?"}, V1)
+
+    order = kinds(frames)
+    first_reset = order.index("chunk_reset")
+    assert order[:first_reset] == ["thinking"] * order.index("chunk") + ["chunk"] * (
+        first_reset - order.index("chunk")
+    )
+    assert order[first_reset + 1 : first_reset + 3] == ["tool", "tool"]
+    start, end = frames[first_reset + 1 : first_reset + 3]
+    assert start == {
+        "blockId": "demo",
+        "event": "tool",
+        "phase": "start",
+        "id": start["id"],
+        "name": "calculator",
+    }
+    assert end == {
+        "blockId": "demo",
+        "event": "tool",
+        "phase": "end",
+        "id": start["id"],
+        "name": "calculator",
+        "status": "success",
+    }
+    final = frames[-2]
+    assert final["data"]["output"] == {
+        "content": "The answer is 391.",
+        "toolCalls": [{"id": start["id"], "name": "calculator", "status": "success"}],
+    }
+    raw = "".join(str(f) for f in frames)
+    assert "17 * 23" not in raw.replace("What is 17 * 23?", ""), "no tool arguments"
+    assert "391" not in raw.split("chunk_reset")[0], "no tool result before the answer"
+
+
+def test_legacy_clients_get_settled_text_only(live: LiveServer) -> None:
+    for headers in ({}, {"X-Sim-Stream-Protocol": "agent-events-v2"}):
+        response, frames = chat(live, "your-slug", {"input": "What is 17 * 23?"}, headers)
+        assert "x-sim-stream-protocol" not in response.headers
+        assert frames[:1] == [{"blockId": "demo", "chunk": "The answer is 391."}]
+        assert kinds(frames) == ["chunk", "final", "[DONE]"]
+
+
+def test_toggles_off_keep_live_text_but_no_thinking_or_tools(live: LiveServer) -> None:
+    slug = deploy(live, slug="plain")
+    _, frames = chat(live, slug, {"input": "What is 2 + 2?"}, V1)
+    assert set(kinds(frames)) == {"chunk", "chunk_reset", "final", "[DONE]"}
+
+
+def test_toggles_are_independent(live: LiveServer) -> None:
+    slug = deploy(live, slug="tools-only", includeToolCalls=True)
+    _, frames = chat(live, slug, {"input": "What is 2 + 2?"}, V1)
+    assert "tool" in kinds(frames)
+    assert "thinking" not in kinds(frames)
+
+
+def test_conversation_continues_by_id(live: LiveServer) -> None:
+    _, first = chat(live, "your-slug", {"input": "What is 5 * 5?"}, V1)
+    conversation = first[-2]["data"]["conversationId"]
+    _, second = chat(
+        live, "your-slug", {"input": "What did I ask before?", "conversationId": conversation}, V1
+    )
+    assert second[-2]["data"]["output"]["content"] == "Earlier you asked: 'What is 5 * 5?'."
+    assert second[-2]["data"]["conversationId"] == conversation
+
+
+def test_authenticated_api_keeps_full_tool_calls(live: LiveServer) -> None:
+    chat(live, "your-slug", {"input": "What is 6 * 7?"}, V1)
+    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
+        run_id = db.execute("select id from runs order by created_at desc limit 1").fetchone()[0]
+    with live.client() as client:
+        run = client.get(f"/api/agents/runs/{run_id}").json()
+    assert run["tool_calls"][0]["arguments"] == {"expression": "6 * 7"}
+    assert run["tool_calls"][0]["result"] == 42
+    assert run["content"] == "The answer is 42."
+
+
+def test_password_access_with_cookie_and_rate_limit(live: LiveServer) -> None:
+    slug = deploy(live, slug="secret", access="password", password="correct horse")
+    with httpx.Client(base_url=live.url, timeout=10) as client:
+        refused, _ = chat(live, slug, {"input": "hi"}, client=client)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["field"] == "password"
+        wrong, _ = chat(live, slug, {"password": "nope"}, client=client)
+        assert wrong.status_code == 401
+        assert wrong.json()["error"]["message"] == "Wrong password"
+        signed_in = client.post(f"/api/chat/{slug}", json={"password": "correct horse"})
+        assert signed_in.json() == {"authenticated": True}
+        assert client.get(f"/api/chat/{slug}").json()["authenticated"] is True
+        ok, frames = chat(live, slug, {"input": "hi"}, V1, client=client)
+        assert ok.status_code == 200
+        assert frames[-1] == "[DONE]"
+    with httpx.Client(base_url=live.url, timeout=10) as stranger:
+        statuses = [
+            stranger.post(f"/api/chat/{slug}", json={"password": "guess"}).status_code
+            for _ in range(8)
+        ]
+        assert statuses == [401] * 8, "2 guesses above, 8 more make 10"
+        limited = stranger.post(f"/api/chat/{slug}", json={"password": "correct horse"})
+    assert limited.status_code == 429
+    assert 0 < int(limited.headers["retry-after"]) <= 900
+    assert limited.json()["error"]["code"] == "too_many_attempts"
+
+
+def test_changing_the_password_signs_everyone_out(live: LiveServer) -> None:
+    slug = deploy(live, slug="rotating", access="password", password="first password")
+    with httpx.Client(base_url=live.url, timeout=10) as client:
+        client.post(f"/api/chat/{slug}", json={"password": "first password"})
+        with live.client() as admin:
+            admin.patch(f"/api/chat-deployments/{slug}", json={"password": "second password"})
+        assert client.get(f"/api/chat/{slug}").json()["authenticated"] is False
+
+
+def test_email_access_with_a_one_time_code(live: LiveServer) -> None:
+    slug = deploy(live, slug="invited", access="email", allowed_emails=["@example.com"])
+    with httpx.Client(base_url=live.url, timeout=10) as client:
+        outsider = client.post(f"/api/chat/{slug}", json={"email": "eve@elsewhere.org"})
+        assert outsider.status_code == 403
+        asked = client.post(f"/api/chat/{slug}", json={"email": "Ann@Example.com"})
+        assert asked.status_code == 401
+        assert asked.json()["error"]["field"] == "otp"
+        to, body = MAIL[-1]
+        code = body.split("code is ")[1][:6]
+        assert to == "ann@example.com"
+        bad = client.post(
+            f"/api/chat/{slug}",
+            json={"email": "ann@example.com", "otp": "000000" if code != "000000" else "111111"},
+        )
+        assert bad.status_code == 401
+        good = client.post(f"/api/chat/{slug}", json={"email": "ann@example.com", "otp": code})
+        assert good.json() == {"authenticated": True}
+        reused = httpx.post(
+            f"{live.url}/api/chat/{slug}", json={"email": "ann@example.com", "otp": code}
+        )
+        assert reused.status_code == 401, "a code works once"
+        ok, frames = chat(live, slug, {"input": "hi"}, client=client)
+    assert ok.status_code == 200
+    assert frames[-1] == "[DONE]"
+
+
+def test_api_key_access(live: LiveServer) -> None:
+    slug = deploy(live, slug="internal", access="api_key")
+    refused, _ = chat(live, slug, {"input": "hi"})
+    assert refused.status_code == 401
+    ok, frames = chat(live, slug, {"input": "hi"}, {"Authorization": f"Bearer {live.key}"})
+    assert ok.status_code == 200
+    assert frames[-1] == "[DONE]"
+
+
+def test_redaction_disables_live_text(live: LiveServer) -> None:
+    with live.client() as admin:
+        admin.post("/api/agents", json={"id": "echo", "reasoning": True})
+    slug = deploy(live, slug="redacted", agent_id="echo", redact_pii=True, includeThinking=True)
+    message = "Reach me at jane.doe@example.com or +1 415-555-2671"
+    _, frames = chat(live, slug, {"input": message}, V1)
+    chunks = [f["chunk"] for f in frames if isinstance(f, dict) and "chunk" in f]
+    assert len(chunks) == 1, "settled text in one piece"
+    assert "jane.doe@example.com" not in str(frames)
+    assert "415-555-2671" not in str(frames)
+    assert "[EMAIL]" in chunks[0]
+    assert "[PHONE]" in chunks[0]
+    assert "[EMAIL]" in frames[-2]["data"]["output"]["content"]
+    thinking = [f for f in frames if isinstance(f, dict) and f.get("event") == "thinking"]
+    assert len(thinking) == 1, "thinking too is settled, and redacted"
+    assert "[EMAIL]" in thinking[0]["data"]
+
+
+def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
+    slug = deploy(live, slug="slow", agent_id="waiter", includeToolCalls=True)
+    with (
+        httpx.Client(base_url=live.url, timeout=10) as client,
+        client.stream("POST", f"/api/chat/{slug}", json={"input": "go"}, headers=V1) as response,
+    ):
+        for line in response.iter_lines():
+            if '"phase":"start"' in line:
+                break
+    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
+        run_id = db.execute("select id from runs where agent_id = 'waiter'").fetchone()[0]
+    with live.client() as api:
+        for _ in range(200):
+            run = api.get(f"/api/agents/runs/{run_id}").json()
+            if run["status"] != "running":
+                break
+            time.sleep(0.025)
+    assert run["status"] == "cancelled"
+    assert run["error"] == "Client cancelled request"
+    assert run["tool_calls"][0]["status"] == "cancelled"
+
+
+def test_deployment_pins_the_agent_until_redeployed(live: LiveServer) -> None:
+    with live.client() as admin:
+        admin.post("/api/agents", json={"id": "pinned", "tools": ["calculator"]})
+        deploy(live, slug="pinned", agent_id="pinned")
+        admin.patch("/api/agents/pinned", json={"tools": []})
+        _, before = chat(live, "pinned", {"input": "What is 2 + 2?"})
+        assert before[0]["chunk"] == "The answer is 4.", "still the deployed tools"
+        redeployed = admin.post("/api/chat-deployments/pinned/redeploy").json()
+        assert redeployed["agent_version"] == 2
+        _, after = chat(live, "pinned", {"input": "What is 2 + 2?"})
+        assert "calculator" not in after[0]["chunk"]
+        assert after[0]["chunk"].startswith("You said:")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"slug": "x1", "agent_id": "nobody"}, 404, "agent_id"),
+        ({"slug": "x2", "agent_id": "demo", "access": "password"}, 422, "password"),
+        ({"slug": "x3", "agent_id": "demo", "access": "email"}, 422, "allowed_emails"),
+        ({"slug": "Bad Slug", "agent_id": "demo"}, 422, "slug"),
+        ({"slug": "your-slug", "agent_id": "demo"}, 409, "slug"),
+    ],
+)
+def test_invalid_deployments(
+    live: LiveServer, body: dict[str, Any], status: int, field: str
+) -> None:
+    with live.client() as client:
+        response = client.post("/api/chat-deployments", json=body)
+    assert response.status_code == status
+    assert response.json()["error"]["field"] == field
+
+
+def test_bad_chat_requests(live: LiveServer) -> None:
+    with httpx.Client(base_url=live.url) as client:
+        unknown = client.post("/api/chat/nowhere", json={"input": "hi"})
+        extra = client.post("/api/chat/your-slug", json={"input": "hi", "x": 1})
+        files = client.post("/api/chat/your-slug", json={"input": "hi", "files": [{"a": 1}]})
+    assert (unknown.status_code, unknown.json()["error"]["field"]) == (404, "slug")
+    assert (extra.status_code, extra.json()["error"]["field"]) == (422, "x")
+    assert (files.status_code, files.json()["error"]["field"]) == (422, "files")
+
+
+def test_hosted_page_is_served(live: LiveServer, tmp_path: Path) -> None:
+    page = httpx.get(f"{live.url}/chat/your-slug")
+    script = httpx.get(f"{live.url}/static/chat.js")
+    assert page.status_code == 200
+    assert "/static/chat.js" in page.text
+    assert "X-Sim-Stream-Protocol" in script.text

@@ -1,0 +1,146 @@
+"""The hosted chat page in a real browser: headless Chromium from the Debian packages."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import LiveServer, make_settings, serve
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+RECORD_ANSWERS = """
+window.answerStates = [];
+new MutationObserver(() => {
+  const answers = document.querySelectorAll(".assistant .answer");
+  const text = answers.length ? answers[answers.length - 1].textContent : null;
+  if (text !== null && text !== window.answerStates.at(-1)) window.answerStates.push(text);
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The demo at a human pace, so there is time to see streaming and press Stop."""
+    settings = make_settings(tmp_path_factory.mktemp("page"), offline_token_delay=0.05)
+    with serve(settings) as live:
+        yield live
+
+
+@pytest.fixture
+def page(paced: LiveServer) -> Iterator[playwright.Page]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: apt-get install chromium (.ci/run does)")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        yield page
+        browser.close()
+
+
+def test_streams_the_answer_with_thinking_and_tools(
+    paced: LiveServer, page: playwright.Page, tmp_path: Path
+) -> None:
+    requests: list[dict[str, str]] = []
+    page.on("request", lambda r: requests.append(r.headers) if r.method == "POST" else None)
+    page.add_init_script(RECORD_ANSWERS)
+    page.goto(f"{paced.url}/chat/your-slug")
+    playwright.expect(page.locator("h1")).to_have_text("agentstream demo")
+
+    page.fill("#input", "What is 17 * 23?")
+    page.press("#input", "Enter")
+
+    answer = page.locator(".assistant .answer").last
+    thinking = page.locator(".assistant details.thinkingSection").last
+    playwright.expect(thinking).to_be_visible()
+    playwright.expect(thinking).to_contain_text("calculator")
+    playwright.expect(page.locator(".tool").last).to_have_attribute("data-status", "success")
+    playwright.expect(page.locator(".tool").last).to_have_text("calculator")
+    playwright.expect(answer).to_have_text("The answer is 391.")
+    playwright.expect(page.locator("#send")).to_be_visible()
+    page.screenshot(path=str(tmp_path / "chat.png"))
+
+    states: list[str] = page.evaluate("window.answerStates")
+    assert requests[0]["x-sim-stream-protocol"] == "agent-events-v1"
+    preamble = states.index("Let me use the calculator tool.")
+    assert "" in states[preamble:], "chunk_reset cleared the preamble"
+    assert states[-1] == "The answer is 391."
+    assert len(states) > 6, "text appeared token by token"
+
+
+def test_text_arrives_token_by_token(paced: LiveServer, page: playwright.Page) -> None:
+    page.goto(f"{paced.url}/chat/your-slug")
+    page.fill("#input", "Write 60 words")
+    page.press("#input", "Enter")
+    answer = page.locator(".assistant .answer").last
+    playwright.expect(answer).to_contain_text("word3 ")
+    assert "word60" not in (answer.text_content() or ""), "seen mid-stream, not all at once"
+    playwright.expect(answer).to_contain_text("word60")
+
+
+def test_stop_aborts_mid_stream(paced: LiveServer, page: playwright.Page) -> None:
+    page.goto(f"{paced.url}/chat/your-slug")
+    page.fill("#input", "Write 400 words")
+    page.press("#input", "Enter")
+    answer = page.locator(".assistant .answer").last
+    playwright.expect(answer).to_contain_text("word5 ")
+
+    page.click("#stop")
+
+    playwright.expect(page.locator("#status")).to_have_text("Stopped.")
+    playwright.expect(page.locator("#send")).to_be_visible()
+    shown = answer.text_content() or ""
+    page.wait_for_timeout(300)
+    assert (answer.text_content() or "") == shown, "nothing arrives after Stop"
+    assert "word400" not in shown
+    with paced.client() as client:
+        runs = client.get("/api/agents").json()  # the server is still healthy
+    assert runs
+
+
+def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: playwright.Page) -> None:
+    with paced.client() as client:
+        client.post(
+            "/api/chat-deployments",
+            json={
+                "slug": "locked",
+                "agent_id": "demo",
+                "access": "password",
+                "password": "open sesame",
+                "title": "Locked",
+            },
+        )
+    page.goto(f"{paced.url}/chat/locked")
+    playwright.expect(page.locator("#signin")).to_be_visible()
+    playwright.expect(page.locator("#composer")).to_be_hidden()
+
+    page.fill("#signin-secret", "wrong one")
+    page.click("#signin button")
+    playwright.expect(page.locator("#status")).to_have_text("Wrong password")
+
+    page.fill("#signin-secret", "open sesame")
+    page.click("#signin button")
+    playwright.expect(page.locator("#composer")).to_be_visible()
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("Hi!")
+
+
+def test_unknown_chat_shows_a_readable_error(paced: LiveServer, page: playwright.Page) -> None:
+    page.goto(f"{paced.url}/chat/nowhere")
+    playwright.expect(page.locator("#status")).to_have_text("No chat deployment 'nowhere'")
