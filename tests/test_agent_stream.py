@@ -41,7 +41,8 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
     assert ids[0] == 1
     assert ids == sorted(set(ids)), "every frame carries its seq, increasing"
     for frame in frames:
-        NativeFrameAdapter.validate_python(frame)  # exactly the documented keys, no others
+        model = type(NativeFrameAdapter.validate_python(frame))
+        assert set(frame) == set(model.model_fields), "exactly the documented keys"
     start, complete = frames[0], frames[-1]
     run_id, session_id = start["run_id"], start["session_id"]
     assert run_id.startswith("run_")

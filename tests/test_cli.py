@@ -230,3 +230,39 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_deployments_lifecycle(server: LiveServer) -> None:
+    common = ["--url", server.url, "--key", server.key]
+    created = invoke(
+        *[
+            "deployments",
+            "create",
+            "cli-chat",
+            "--agent",
+            "demo",
+            "--thinking",
+            "--access",
+            "password",
+            "--password",
+            "long enough",
+            *common,
+        ],
+    )
+    assert created.exit_code == 0, created.output
+    assert "cli-chat" in created.output
+    listed = invoke(*["deployments", "list", *common])
+    assert "your-slug" in listed.output
+    assert "cli-chat" in listed.output
+    updated = invoke(*["deployments", "update", "cli-chat", "--tool-calls", *common])
+    assert updated.exit_code == 0, updated.output
+    with server.client() as client:
+        stored = client.get("/api/chat-deployments/cli-chat").json()
+    assert stored["deployment"]["include_thinking"] is True
+    assert stored["deployment"]["include_tool_calls"] is True
+    assert stored["has_password"] is True
+    assert invoke(*["deployments", "redeploy", "cli-chat", *common]).exit_code == 0
+    assert invoke(*["deployments", "delete", "cli-chat", *common]).exit_code == 0
+    missing = invoke(*["deployments", "delete", "cli-chat", *common])
+    assert missing.exit_code == 1
+    assert "No chat deployment 'cli-chat'" in missing.output

@@ -75,7 +75,8 @@ def test_frame_shapes(event: BaseEvent, expected: dict[str, Any] | None) -> None
     shown = frame(event)
     assert shown == expected
     if shown is not None:
-        NativeFrameAdapter.validate_python(shown)
+        model = type(NativeFrameAdapter.validate_python(shown))
+        assert list(shown) == list(model.model_fields), "the documented keys, in order"
 
 
 def test_every_event_type_is_covered() -> None:

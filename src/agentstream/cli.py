@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
+from urllib.parse import quote
 
 import typer
 from pydantic import ValidationError
@@ -19,6 +20,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
+from rich.table import Table
 from rich.text import Text
 
 from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
@@ -37,6 +39,8 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+deployments_app = typer.Typer(help="Publish agents as public chats.", no_args_is_help=True)
+app.add_typer(deployments_app, name="deployments")
 
 _STYLES = {"reasoning": "dim italic", "content": ""}
 _TOOL_STATUS = {"success": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("✗", "yellow")}
@@ -183,11 +187,9 @@ def _stream(
 
 
 def _settle(client: Client, run_id: str) -> None:
-    """Cancel a run and wait for its end: until then its session takes no new message."""
+    """Cancel a run; the server answers once it has ended and its session is free."""
     with suppress(APIStatusError):  # 409: it has ended already
         client.cancel(run_id)
-    for _ in client.iter_resume(run_id):
-        pass
 
 
 Url = Annotated[str, typer.Option(envvar="AGENTSTREAM_URL", help="Server URL.")]
@@ -369,3 +371,173 @@ def create_key(
     key = asyncio.run(create())
     typer.echo(key)
     Console(stderr=True).print(f"[dim]API key {name!r} created; it is not shown again.[/]")
+
+
+# Chat deployments
+
+Access = Annotated[
+    str | None,
+    typer.Option(help="Who may chat: public, password, email (invited, with a code), api_key."),
+]
+Thinking = Annotated[
+    bool | None,
+    typer.Option(
+        "--thinking/--no-thinking", help="Thinking frames (default off).", show_default=False
+    ),
+]
+ToolCalls = Annotated[
+    bool | None,
+    typer.Option(
+        "--tool-calls/--no-tool-calls",
+        help="Tool lifecycle frames (default off).",
+        show_default=False,
+    ),
+]
+Password = Annotated[
+    str | None,
+    typer.Option(
+        envvar="AGENTSTREAM_CHAT_PASSWORD",
+        help="Password for --access password (or $AGENTSTREAM_CHAT_PASSWORD).",
+        show_default=False,
+    ),
+]
+Emails = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-email", help="Invited address or @domain; repeat for more.", show_default=False
+    ),
+]
+Redact = Annotated[
+    bool | None,
+    typer.Option(
+        "--redact-pii/--no-redact-pii",
+        help="Mask PII; answer text then comes settled.",
+        show_default=False,
+    ),
+]
+Title = Annotated[str | None, typer.Option(help="Title shown on the chat page.")]
+Greeting = Annotated[str | None, typer.Option(help="First message shown on the chat page.")]
+
+
+def _deployment_body(**options: Any) -> dict[str, Any]:
+    names = {
+        "thinking": "include_thinking",
+        "tool_calls": "include_tool_calls",
+        "emails": "allowed_emails",
+        "agent": "agent_id",
+        "redact": "redact_pii",
+    }
+    return {names.get(k, k): v for k, v in options.items() if v is not None}
+
+
+def _print_deployments(deployments: list[dict[str, Any]], url: str) -> None:
+    table = Table("slug", "agent", "access", "thinking", "tools", "redact")
+    table.columns[0].no_wrap = True
+    for item in deployments:
+        d = item["deployment"]
+        flags = [
+            ("on" if d[k] else "off")
+            for k in ("include_thinking", "include_tool_calls", "redact_pii")
+        ]
+        table.add_row(d["slug"], f"{d['agent_id']} v{item['agent_version']}", d["access"], *flags)
+    console = Console(highlight=False)
+    console.print(table)
+    for item in deployments:
+        console.print(
+            f"{item['deployment']['slug']}: {url.rstrip('/')}{item['url']}", soft_wrap=True
+        )
+
+
+@deployments_app.command("list")
+def list_deployments(url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Every chat deployment, with its pinned agent version and settings."""
+    with _friendly_errors(), Client(url, key) as client:
+        _print_deployments(client.request("GET", "/api/chat-deployments"), url)
+
+
+@deployments_app.command("create")
+def create_deployment(
+    slug: Annotated[str, typer.Argument(help="URL name: /chat/SLUG.")],
+    agent: Annotated[str, typer.Option(help="The agent to publish.")],
+    title: Title = None,
+    greeting: Greeting = None,
+    thinking: Thinking = None,
+    tool_calls: ToolCalls = None,
+    access: Access = None,
+    password: Password = None,
+    emails: Emails = None,
+    redact: Redact = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Publish an agent (a snapshot of it: redeploy after changing the agent)."""
+    body = _deployment_body(
+        slug=slug,
+        agent=agent,
+        title=title,
+        greeting=greeting,
+        thinking=thinking,
+        tool_calls=tool_calls,
+        access=access,
+        password=password,
+        emails=emails,
+        redact=redact,
+    )
+    with _friendly_errors(), Client(url, key) as client:
+        _print_deployments([client.request("POST", "/api/chat-deployments", json=body)], url)
+
+
+@deployments_app.command("update")
+def update_deployment(
+    slug: Annotated[str, typer.Argument(help="The deployment.")],
+    agent: Annotated[str | None, typer.Option(help="Publish another agent.")] = None,
+    title: Title = None,
+    greeting: Greeting = None,
+    thinking: Thinking = None,
+    tool_calls: ToolCalls = None,
+    access: Access = None,
+    password: Password = None,
+    emails: Emails = None,
+    redact: Redact = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Change settings (and take a fresh snapshot of the agent)."""
+    body = _deployment_body(
+        agent=agent,
+        title=title,
+        greeting=greeting,
+        thinking=thinking,
+        tool_calls=tool_calls,
+        access=access,
+        password=password,
+        emails=emails,
+        redact=redact,
+    )
+    with _friendly_errors(), Client(url, key) as client:
+        updated = client.request("PATCH", f"/api/chat-deployments/{quote(slug)}", json=body)
+        _print_deployments([updated], url)
+
+
+@deployments_app.command("redeploy")
+def redeploy(
+    slug: Annotated[str, typer.Argument(help="The deployment.")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Pick up the agent's current model, tools and instructions."""
+    with _friendly_errors(), Client(url, key) as client:
+        path = f"/api/chat-deployments/{quote(slug)}/redeploy"
+        _print_deployments([client.request("POST", path)], url)
+
+
+@deployments_app.command("delete")
+def delete_deployment(
+    slug: Annotated[str, typer.Argument(help="The deployment.")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Unpublish the chat (its conversations and runs stay)."""
+    with _friendly_errors(), Client(url, key) as client:
+        client.request("DELETE", f"/api/chat-deployments/{quote(slug)}")
+    typer.echo(f"Deleted {slug}")

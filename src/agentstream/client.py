@@ -275,7 +275,12 @@ class Client(_BaseClient):
         return result
 
     def cancel(self, run_id: str) -> None:
+        """Cancel a run; returns once it has ended."""
         self._send(self._run_info_request(run_id, "/cancel"))
+
+    def request(self, method: str, path: str, *, json: Any = None) -> Any:
+        """Any other call of the API (e.g. ``/api/chat-deployments``): its decoded JSON."""
+        return self._send(self._http.build_request(method, path, json=json))
 
     def _send(self, request: httpx.Request) -> Any:
         with _connection_errors(request.url):
@@ -358,6 +363,9 @@ class AsyncClient(_BaseClient):
 
     async def acancel(self, run_id: str) -> None:
         await self._asend(self._run_info_request(run_id, "/cancel"))
+
+    async def arequest(self, method: str, path: str, *, json: Any = None) -> Any:
+        return await self._asend(self._http.build_request(method, path, json=json))
 
     async def _asend(self, request: httpx.Request) -> Any:
         with _connection_errors(request.url):

@@ -88,7 +88,8 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
 
 
 class _Frame(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A newer server may add fields: an older client ignores them.
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class StartFrame(_Frame):
