@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +46,10 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 @pytest.fixture
 def page(paced: LiveServer) -> Iterator[playwright.Page]:
     if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: apt-get install chromium (.ci/run does)")
+        message = "Chromium is missing: apt-get install chromium (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page()
