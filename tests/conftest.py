@@ -20,6 +20,15 @@ import uvicorn
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
 from agentstream.server import create_app
 from agentstream.sse import ServerSentEvent, SSEDecoder
 
@@ -78,6 +87,25 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     with serve(make_settings(tmp_path)) as live:
         yield live
+
+
+async def wait(seconds: float = 30.0) -> str:
+    """Wait, then say so."""
+    await anyio.sleep(seconds)
+    return "waited"
+
+
+def call_wait_then_answer(request: ModelRequest) -> list[ModelPart]:
+    """First turn calls the slow tool; after its result, answer."""
+    if request.messages[-1].role == "tool":
+        return [TextPart("done"), TurnEndPart("end_turn")]
+    return [
+        TextPart("Waiting."),
+        ToolCallStartPart("call_1", "wait"),
+        ToolCallArgsPart("call_1", "{}"),
+        ToolCallEndPart("call_1"),
+        TurnEndPart("tool_calls"),
+    ]
 
 
 def read_events(response: httpx.Response) -> list[ServerSentEvent]:

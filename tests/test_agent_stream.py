@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from agentstream.providers.base import Message
+from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
 from conftest import LiveServer, make_settings, serve, stream_frames
 
@@ -191,3 +196,34 @@ def test_unknown_session_is_refused(server: LiveServer) -> None:
         )
     assert response.status_code == 404
     assert response.json()["error"]["field"] == "session_id"
+
+
+def test_token_count_does_not_change_database_writes(tmp_path: Path) -> None:
+    """Deltas never reach the database: 5 tokens or 2,000, the same rows are written."""
+    with serve(make_settings(tmp_path)) as live:
+        short = stream_frames(live, "demo", {"message": "Write 5 words", "reasoning": False})
+        long = stream_frames(live, "demo", {"message": "Write 2000 words", "reasoning": False})
+    with closing(sqlite3.connect(tmp_path / "agentstream.db")) as db:
+        rows = dict(db.execute("select run_id, count(*) from run_events group by run_id"))
+    assert rows[short[1][0]["run_id"]] == rows[long[1][0]["run_id"]] == 5
+    assert len(long[1]) > 2000
+
+
+def test_memory_holds_no_preamble(server: LiveServer) -> None:
+    _, frames = stream_frames(server, "demo", {"message": "What is 8 * 8?"})
+
+    async def memory() -> list[Message]:
+        store = await Store.open(server.settings.database)
+        try:
+            return await store.history(frames[0]["session_id"])
+        finally:
+            await store.close()
+
+    messages = anyio.run(memory)
+    assert [(m.role, m.content) for m in messages] == [
+        ("user", "What is 8 * 8?"),
+        ("assistant", ""),  # the tool call, without its preamble
+        ("tool", "64"),
+        ("assistant", "The answer is 64."),
+    ]
+    assert messages[1].tool_calls[0].arguments == {"expression": "8 * 8"}

@@ -9,23 +9,13 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from agentstream.agents import AgentSpec
-from agentstream.providers.base import (
-    ModelPart,
-    ModelRequest,
-    TextPart,
-    ToolCallArgsPart,
-    ToolCallEndPart,
-    ToolCallStartPart,
-    TurnEndPart,
-)
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
-from conftest import LiveServer, make_settings, read_events, serve
+from conftest import LiveServer, call_wait_then_answer, make_settings, read_events, serve, wait
 
 V1 = {"X-Sim-Stream-Protocol": "agent-events-v1"}
 MAIL: list[tuple[str, str]] = []
@@ -35,29 +25,12 @@ async def capture_mail(to: str, subject: str, body: str) -> None:
     MAIL.append((to, body))
 
 
-async def wait(seconds: float = 30.0) -> str:
-    """Wait, then say so."""
-    await anyio.sleep(seconds)
-    return "waited"
-
-
-def call_wait(request: ModelRequest) -> list[ModelPart]:
-    if request.messages[-1].role == "tool":
-        return [TextPart("done"), TurnEndPart("end_turn")]
-    return [
-        ToolCallStartPart("w1", "wait"),
-        ToolCallArgsPart("w1", '{"seconds": 30}'),
-        ToolCallEndPart("w1"),
-        TurnEndPart("tool_calls"),
-    ]
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with serve(
         make_settings(tmp_path_factory.mktemp("chat")),
         tools=[Tool.from_function(wait)],
-        models=[ScriptedModel("waiter", call_wait)],
+        models=[ScriptedModel("waiter", call_wait_then_answer)],
         agents=[AgentSpec(id="waiter", model="waiter", tools=["wait"])],
         email_sender=capture_mail,
     ) as server:

@@ -237,7 +237,7 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     created = invoke(
         *[
             "deployments",
-            "create",
+            "set",
             "cli-chat",
             "--agent",
             "demo",
@@ -254,7 +254,7 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     listed = invoke(*["deployments", "list", *common])
     assert "your-slug" in listed.output
     assert "cli-chat" in listed.output
-    updated = invoke(*["deployments", "update", "cli-chat", "--tool-calls", *common])
+    updated = invoke(*["deployments", "set", "cli-chat", "--tool-calls", *common])
     assert updated.exit_code == 0, updated.output
     with server.client() as client:
         stored = client.get("/api/chat-deployments/cli-chat").json()

@@ -15,7 +15,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -24,34 +23,12 @@ from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
     TextPart,
-    ToolCallArgsPart,
-    ToolCallEndPart,
-    ToolCallStartPart,
     TurnEndPart,
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
-from conftest import LiveServer, make_settings, read_events, serve
-
-
-async def wait(seconds: float = 30.0) -> str:
-    """Wait, then say so."""
-    await anyio.sleep(seconds)
-    return "waited"
-
-
-def call_wait_then_answer(request: ModelRequest) -> list[ModelPart]:
-    """First turn calls the slow tool; after its result, answer."""
-    if request.messages[-1].role == "tool":
-        return [TextPart("done"), TurnEndPart("end_turn")]
-    return [
-        TextPart("Waiting."),
-        ToolCallStartPart("call_1", "wait"),
-        ToolCallArgsPart("call_1", "{}"),
-        ToolCallEndPart("call_1"),
-        TurnEndPart("tool_calls"),
-    ]
+from conftest import LiveServer, call_wait_then_answer, make_settings, read_events, serve, wait
 
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
@@ -255,7 +232,7 @@ def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
         from agentstream.providers.scripted import ScriptedModel
         from agentstream.runtime.tools import Tool
         from agentstream.server import create_app
-        from test_run_lifecycle import call_wait_then_answer, wait
+        from conftest import call_wait_then_answer, wait
         app = create_app(
             Settings(data_dir=Path({str(tmp_path)!r}), demo=True),
             tools=[Tool.from_function(wait)],

@@ -455,10 +455,10 @@ def list_deployments(url: Url = DEFAULT_URL, key: Key = None) -> None:
         _print_deployments(client.request("GET", "/api/chat-deployments"), url)
 
 
-@deployments_app.command("create")
-def create_deployment(
+@deployments_app.command("set")
+def set_deployment(
     slug: Annotated[str, typer.Argument(help="URL name: /chat/SLUG.")],
-    agent: Annotated[str, typer.Option(help="The agent to publish.")],
+    agent: Annotated[str | None, typer.Option(help="The agent to publish.")] = None,
     title: Title = None,
     greeting: Greeting = None,
     thinking: Thinking = None,
@@ -470,9 +470,9 @@ def create_deployment(
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
-    """Publish an agent (a snapshot of it: redeploy after changing the agent)."""
-    body = _deployment_body(
-        slug=slug,
+    """Publish an agent as /chat/SLUG, or change a deployment's settings. Either way the
+    chat serves a snapshot of the agent as it is now."""
+    changes = _deployment_body(
         agent=agent,
         title=title,
         greeting=greeting,
@@ -483,40 +483,19 @@ def create_deployment(
         emails=emails,
         redact=redact,
     )
+    path = f"/api/chat-deployments/{quote(slug)}"
     with _friendly_errors(), Client(url, key) as client:
-        _print_deployments([client.request("POST", "/api/chat-deployments", json=body)], url)
-
-
-@deployments_app.command("update")
-def update_deployment(
-    slug: Annotated[str, typer.Argument(help="The deployment.")],
-    agent: Annotated[str | None, typer.Option(help="Publish another agent.")] = None,
-    title: Title = None,
-    greeting: Greeting = None,
-    thinking: Thinking = None,
-    tool_calls: ToolCalls = None,
-    access: Access = None,
-    password: Password = None,
-    emails: Emails = None,
-    redact: Redact = None,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-) -> None:
-    """Change settings (and take a fresh snapshot of the agent)."""
-    body = _deployment_body(
-        agent=agent,
-        title=title,
-        greeting=greeting,
-        thinking=thinking,
-        tool_calls=tool_calls,
-        access=access,
-        password=password,
-        emails=emails,
-        redact=redact,
-    )
-    with _friendly_errors(), Client(url, key) as client:
-        updated = client.request("PATCH", f"/api/chat-deployments/{quote(slug)}", json=body)
-        _print_deployments([updated], url)
+        try:
+            deployed = client.request("PATCH", path, json=changes)
+        except APIStatusError as exc:
+            if exc.status_code != 404 or exc.code != "not_found":
+                raise
+            if agent is None:
+                _fail(f"No chat deployment {slug!r} yet: pass --agent to create it.")
+            deployed = client.request(
+                "POST", "/api/chat-deployments", json={"slug": slug, **changes}
+            )
+        _print_deployments([deployed], url)
 
 
 @deployments_app.command("redeploy")
