@@ -8,7 +8,8 @@ AgentstreamError
 │   ├── Conflict         409: valid, but not now (e.g. the session is busy)
 │   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
 ├── RunError             a run could not produce an answer
-│   └── MaxStepsExceeded the agent kept calling tools past its step limit
+│   ├── MaxStepsExceeded the agent kept calling tools past its step limit
+│   └── ProviderError    the model provider failed: kind, status_code, body, headers
 └── ClientError          the SDK (agentstream.client) got no usable answer
     ├── APIConnectionError   the server could not be reached, or dropped the connection
     └── APIStatusError       the server refused: status_code, message, body, headers
@@ -17,7 +18,7 @@ AgentstreamError
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "APIConnectionError",
@@ -29,6 +30,8 @@ __all__ = [
     "Forbidden",
     "MaxStepsExceeded",
     "NotFound",
+    "ProviderError",
+    "ProviderErrorKind",
     "RunError",
     "TooManyAttempts",
     "UserError",
@@ -90,6 +93,45 @@ class RunError(AgentstreamError):
 
 class MaxStepsExceeded(RunError):
     pass
+
+
+ProviderErrorKind = Literal[
+    "rate_limit",
+    "auth",
+    "context_length",
+    "overloaded",
+    "bad_request",
+    "server",
+    "connection",
+    "timeout",
+    "bad_response",
+]
+
+
+class ProviderError(RunError):
+    """A model provider refused or failed. ``kind`` says what to do about it:
+
+    rate_limit (slow down), auth (fix the key), context_length (shorten the input),
+    overloaded / server / connection / timeout (try again later), bad_request (fix the
+    request or settings), bad_response (the stream was malformed or cut short).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        kind: ProviderErrorKind,
+        status_code: int | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.kind = kind
+        self.status_code = status_code
+        self.body = body
+        self.headers = dict(headers or {})
 
 
 class ClientError(AgentstreamError):

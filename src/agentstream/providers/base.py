@@ -16,6 +16,7 @@ __all__ = [
     "Model",
     "ModelPart",
     "ModelRequest",
+    "ProviderStatePart",
     "ReasoningPart",
     "RequestedToolCall",
     "TextPart",
@@ -50,6 +51,9 @@ class Message:
     """For assistant turns that called tools."""
     tool_call_id: str | None = None
     """For tool results: the call answered."""
+    provider_state: dict[str, Any] | None = None
+    """For assistant turns: what the provider needs replayed verbatim next turn (e.g.
+    Anthropic thinking blocks with their signatures), keyed by provider name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +72,7 @@ class ModelRequest:
     reasoning: bool = False
     """Ask for the model's reasoning (where the model exposes it)."""
     settings: dict[str, Any] = field(default_factory=dict)
+    """Provider-specific options from the agent's ``model_settings`` (e.g. max_tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,13 @@ class UsagePart:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderStatePart:
+    """Opaque state to keep on this turn's assistant message (see ``Message.provider_state``)."""
+
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEndPart:
     stop_reason: StopReason
 
@@ -115,12 +127,19 @@ ModelPart = (
     | ToolCallArgsPart
     | ToolCallEndPart
     | UsagePart
+    | ProviderStatePart
     | TurnEndPart
 )
 
 
 class Model(Protocol):
-    """A model: streams one turn. Closing the generator early must close the provider stream."""
+    """A model: streams one turn. Closing the generator early must close the provider stream.
+
+    The parts of a turn: any number of ``ReasoningPart`` / ``TextPart`` / tool-call parts
+    (each call: ``ToolCallStartPart``, ``ToolCallArgsPart``..., ``ToolCallEndPart``), then
+    ``UsagePart`` and optionally ``ProviderStatePart``, and last ``TurnEndPart``. Failures
+    raise ``ProviderError``.
+    """
 
     name: str
 

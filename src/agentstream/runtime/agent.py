@@ -31,6 +31,7 @@ from agentstream.providers.base import (
     Message,
     Model,
     ModelRequest,
+    ProviderStatePart,
     ReasoningPart,
     RequestedToolCall,
     TextPart,
@@ -61,6 +62,7 @@ class _Turn:
     calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """Tool calls in the order started: name and argument pieces by call id."""
     reasoning_emitted: bool = False
+    provider_state: dict[str, Any] | None = None
 
 
 async def run_agent(
@@ -83,14 +85,21 @@ async def run_agent(
 
     for step in range(1, agent.max_steps + 1):
         await ctx.emit(StepStarted, step=step)
-        request = ModelRequest(messages=tuple(messages), tools=specs, reasoning=reasoning)
+        request = ModelRequest(
+            messages=tuple(messages),
+            tools=specs,
+            reasoning=reasoning,
+            settings=agent.model_settings,
+        )
         turn = await _model_turn(ctx, step, model, request)
         text = "".join(turn.text)
 
         if not turn.calls:
             await ctx.emit(Text, step=step, text=text)
             await ctx.emit(StepCompleted, step=step)
-            memory.append(Message(role="assistant", content=text))
+            memory.append(
+                Message(role="assistant", content=text, provider_state=turn.provider_state)
+            )
             return AgentAnswer(content=text, memory=memory)
 
         if text:
@@ -98,7 +107,13 @@ async def run_agent(
         calls = [
             _parse_call(call_id, name, pieces) for call_id, (name, pieces) in turn.calls.items()
         ]
-        exchange = [Message(role="assistant", tool_calls=tuple(call for call, _ in calls))]
+        exchange = [
+            Message(
+                role="assistant",
+                tool_calls=tuple(call for call, _ in calls),
+                provider_state=turn.provider_state,
+            )
+        ]
         for call, _ in calls:
             await ctx.emit(
                 ToolCall, step=step, call_id=call.id, tool_name=call.name, arguments=call.arguments
@@ -139,6 +154,8 @@ async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRe
                     turn.calls[call_id][1].append(delta)
                 case UsagePart(usage):
                     ctx.usage += usage
+                case ProviderStatePart(state):
+                    turn.provider_state = state
                 case ToolCallEndPart() | TurnEndPart():
                     pass
     await _settle_reasoning(ctx, step, turn)
