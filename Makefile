@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format typecheck check bench
+.PHONY: install run test lint format typecheck check bench docs
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ typecheck: install
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+docs: install  ## regenerate docs/models.md from the model registry
+	$(BIN)/python -m agentstream.providers.catalog > docs/models.md
 
 bench: install
 	$(BIN)/python -m bench

@@ -102,6 +102,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
     assert usage["input_tokens"] > 0
     assert usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert usage["cost_usd"] == 0.0, "the offline model is free, and says so"
     deltas = [f for f in frames if f["event"] == "content_delta"]
     assert len(deltas) > 5, "text streams token by token, not in one piece"
 

@@ -154,3 +154,43 @@ def test_agent_crud_versions_each_change(server: LiveServer) -> None:
         assert same.json()["version"] == 2, "no change, no new version"
         assert client.delete("/api/agents/helper").status_code == 204
         assert client.get("/api/agents/helper").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/agents/demo", {"name": None}, "name"),
+        ("/api/agents/demo", {"tools": None}, "tools"),
+        ("/api/chat-deployments/your-slug", {"title": None}, "title"),
+        ("/api/chat-deployments/your-slug", {"includeThinking": None}, "includeThinking"),
+    ],
+)
+def test_null_is_not_a_value_in_partial_updates(
+    server: LiveServer, path: str, body: dict[str, Any], field: str
+) -> None:
+    with server.client() as client:
+        before = client.get(path).json()
+        response = client.patch(path, json=body)
+        after = client.get(path).json()
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == field
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/agents/demo/run/stream", {"message": "hi\u0000there"}, "message"),
+        ("/api/chat/your-slug", {"input": "hi\u0000there"}, "input"),
+    ],
+)
+def test_nul_characters_are_refused(
+    server: LiveServer, path: str, body: dict[str, Any], field: str
+) -> None:
+    before = row_counts(server)
+    with server.client() as client:
+        response = client.post(path, json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == field
+    assert "NUL" in response.json()["error"]["message"]
+    assert row_counts(server) == before

@@ -333,3 +333,76 @@ def test_hosted_page_is_served(live: LiveServer, tmp_path: Path) -> None:
     assert page.status_code == 200
     assert "/static/chat.js" in page.text
     assert "X-Sim-Stream-Protocol" in script.text
+
+
+def test_only_plain_addresses_get_codes(live: LiveServer) -> None:
+    slug = deploy(live, slug="strict", access="email", allowed_emails=["@example.com"])
+    sent = len(MAIL)
+    for email in [
+        "attacker%evil.com@example.com",
+        "a@evil.com@example.com",
+        "victim@x.org\r\nBcc: y@example.com",
+        "no-at-sign",
+    ]:
+        response = httpx.post(f"{live.url}/api/chat/{slug}", json={"email": email})
+        assert response.status_code == 422, email
+        assert response.json()["error"]["field"] == "email"
+    assert len(MAIL) == sent, "no code was sent"
+
+
+def test_a_code_dies_after_five_wrong_tries(live: LiveServer) -> None:
+    slug = deploy(live, slug="tries", access="email", allowed_emails=["bo@example.com"])
+    with httpx.Client(base_url=live.url, timeout=10) as client:
+        client.post(f"/api/chat/{slug}", json={"email": "bo@example.com"})
+        code = MAIL[-1][1].split("code is ")[1][:6]
+        wrong = f"{(int(code) + 1) % 10**6:06d}"
+        for _ in range(5):
+            client.post(f"/api/chat/{slug}", json={"email": "bo@example.com", "otp": wrong})
+        late = client.post(f"/api/chat/{slug}", json={"email": "bo@example.com", "otp": code})
+    assert late.status_code == 401
+    assert late.json()["error"]["message"] == "Wrong or expired code"
+
+
+def test_signed_out_visitors_see_only_how_to_sign_in(live: LiveServer) -> None:
+    slug = deploy(
+        live,
+        slug="quiet",
+        access="password",
+        password="long enough",
+        greeting="Welcome, insider",
+        includeThinking=True,
+    )
+    info = httpx.get(f"{live.url}/api/chat/{slug}").json()
+    assert info == {
+        "slug": "quiet",
+        "title": "Demo assistant",
+        "greeting": "",
+        "access": "password",
+        "authenticated": False,
+        "includeThinking": False,
+        "includeToolCalls": False,
+    }
+
+
+def test_demo_chat_keeps_changes_across_restarts(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with serve(settings) as first, first.client() as admin:
+        admin.patch(
+            "/api/chat-deployments/your-slug",
+            json={"access": "password", "password": "long enough"},
+        )
+    with serve(settings) as second, second.client() as admin:
+        kept = admin.get("/api/chat-deployments/your-slug").json()
+    assert kept["deployment"]["access"] == "password"
+
+
+def test_the_agents_file_is_applied_at_each_start(tmp_path: Path) -> None:
+    definitions = tmp_path / "agents.yaml"
+    definitions.write_text("agents:\n  - {id: filed, instructions: First.}\n")
+    settings = make_settings(tmp_path, agents_file=definitions)
+    with serve(settings) as first, first.client() as admin:
+        assert admin.get("/api/agents/filed").json()["agent"]["instructions"] == "First."
+    definitions.write_text("agents:\n  - {id: filed, instructions: Second.}\n")
+    with serve(settings) as second, second.client() as admin:
+        agent = admin.get("/api/agents/filed").json()
+    assert (agent["agent"]["instructions"], agent["version"]) == ("Second.", 2)

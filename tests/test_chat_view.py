@@ -218,3 +218,34 @@ def test_errors_end_the_stream_without_final() -> None:
     view = ChatView(ChatPolicy(protocol_v1=False), block_id="b", conversation_id="c")
     failed = RunFailed(run_id="r", seq=1, ts=0, status="timeout", message="too slow")
     assert view.frames(failed) == [{"event": "error", "error": "too slow"}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    turns=runs(),
+    policy=policies,
+    cut=st.floats(0, 1),
+    status=st.sampled_from(["error", "timeout", "cancelled"]),
+)
+def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
+    turns: list[Turn], policy: ChatPolicy, cut: float, status: str
+) -> None:
+    from agentstream.events import RunFailed
+
+    events = canonical_events(turns)[:-1]  # everything but the completion
+    events = events[: int(len(events) * cut)]
+    failed = RunFailed(run_id="run", seq=10**6, ts=0, status=status, message="stopped")  # type: ignore[arg-type]
+    view = ChatView(policy, block_id="b", conversation_id="c")
+    frames = [frame for event in [*events, failed] for frame in view.frames(event)]
+    wire = [json.dumps(frame) for frame in frames]
+
+    assert frames[-1] == {
+        "event": "error",
+        "error": policy.redact("stopped") if policy.redact else "stopped",
+    }
+    assert not any(f.get("event") == "final" for f in frames)
+    assert not any("ARG" in f or "RES" in f for f in wire)
+    if not (policy.protocol_v1 and policy.include_thinking):
+        assert not any("THINK" in f for f in wire)
+    if not policy.live_text:
+        assert not any("PRE" in f for f in wire), "no provisional text for settled clients"

@@ -60,7 +60,7 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
             "event": "complete",
             "run_id": "run_1",
             "content": "Hi!",
-            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7, "cost_usd": None},
         },
     ),
     (

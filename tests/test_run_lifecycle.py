@@ -23,12 +23,23 @@ from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
     TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
     TurnEndPart,
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
-from conftest import LiveServer, call_wait_then_answer, make_settings, read_events, serve, wait
+from conftest import (
+    LiveServer,
+    call_wait_then_answer,
+    make_settings,
+    read_events,
+    serve,
+    stream_frames,
+    wait,
+)
 
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
@@ -110,8 +121,9 @@ def test_disconnect_mid_answer_closes_the_model_stream(slow_server: LiveServer) 
     run = wait_for_status(slow_server, run_id)
 
     assert run["status"] == "cancelled"
-    assert TALKER.open_streams == 0
-    assert "content_delta" not in {e["event"] for e in run["events"]}
+    assert run["content"] is None
+    assert TALKER.open_streams == 0, "the model's stream was closed"
+    assert [e["event"] for e in run["events"]] == ["start", "step_started", "error"]
 
 
 def test_cancel_endpoint_ends_the_stream_with_an_error_frame(slow_server: LiveServer) -> None:
@@ -280,3 +292,98 @@ def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
 def _run_ids(data_dir: Path) -> list[str]:
     with closing(sqlite3.connect(data_dir / "agentstream.db")) as db:
         return [row[0] for row in db.execute("select id from runs")]
+
+
+def leaky(request: ModelRequest) -> list[ModelPart]:
+    raise ConnectionError("https://api.example.com/v1?key=sk-SECRET-123 refused")
+
+
+def test_unexpected_errors_stay_out_of_streams(tmp_path: Path) -> None:
+    agents = [AgentSpec(id="leaky", model="leaky")]
+    with serve(
+        make_settings(tmp_path), models=[ScriptedModel("leaky", leaky)], agents=agents
+    ) as live:
+        _, frames = stream_frames(live, "leaky", {"message": "hi"})
+        run_id = frames[0]["run_id"]
+        with live.client() as client:
+            client.post("/api/chat-deployments", json={"slug": "leaky", "agent_id": "leaky"})
+            chat = client.post("/api/chat/leaky", json={"input": "hi"}).text
+            run = client.get(f"/api/agents/runs/{run_id}").json()
+
+    assert frames[-1] == {
+        "event": "error",
+        "status": "error",
+        "message": f"Internal error; the server log has the details of run {run_id}",
+    }
+    assert "SECRET" not in chat
+    assert '"event":"error"' in chat
+    assert run["status"] == "error"
+    assert run["error"] == "ConnectionError: https://api.example.com/v1?key=sk-SECRET-123 refused"
+
+
+def test_a_store_failure_still_ends_the_stream(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("agentstream.store.store.Store.finish_run", broken)
+    _, frames = stream_frames(server, "demo", {"message": "hi"})
+
+    assert frames[-1]["event"] == "error"
+    assert frames[-1]["message"].startswith("The run's outcome could not be saved")
+    assert [f["event"] for f in frames].count("complete") == 0
+
+
+def test_reconnecting_event_source_resumes_from_its_header(server: LiveServer) -> None:
+    with (
+        server.client() as client,
+        client.stream(
+            "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
+        ) as response,
+    ):
+        original = read_events(response)
+    run_id = original[0].json()["run_id"]
+    last = original[-1].id or ""
+    url = f"/api/agents/runs/{run_id}/stream?after=0"
+    with server.client() as client:
+        with client.stream("GET", url, headers={"Last-Event-ID": original[3].id or ""}) as r:
+            resumed = read_events(r)
+        done = client.get(url, headers={"Last-Event-ID": last})
+
+    assert resumed == original[4:], "the header wins over the URL's ?after=0"
+    assert done.status_code == 204, "nothing more: an EventSource stops reconnecting"
+
+
+def blocking_wait(seconds: float = 30.0) -> str:
+    """A sync tool that blocks its thread."""
+    time.sleep(seconds)
+    return "waited"
+
+
+def call_blocking(request: ModelRequest) -> list[ModelPart]:
+    return [
+        ToolCallStartPart("b1", "blocking_wait"),
+        ToolCallArgsPart("b1", "{}"),
+        ToolCallEndPart("b1"),
+        TurnEndPart("tool_calls"),
+    ]
+
+
+def test_timeout_does_not_wait_for_a_blocked_sync_tool(tmp_path: Path) -> None:
+    agent = AgentSpec(id="blocked", model="blocking", tools=["blocking_wait"], timeout_seconds=0.3)
+    with serve(
+        make_settings(tmp_path),
+        tools=[Tool.from_function(blocking_wait)],
+        models=[ScriptedModel("blocking", call_blocking)],
+        agents=[agent],
+    ) as live:
+        _, frames = stream_frames(live, "blocked", {"message": "go"})
+    assert frames[-1]["status"] == "timeout"
+    assert frames[-2] == {
+        "event": "tool_result",
+        "tool_call_id": "b1",
+        "tool_name": "blocking_wait",
+        "result": None,
+        "status": "cancelled",
+    }

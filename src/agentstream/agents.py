@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from agentstream.deployments import DeploymentCreate
+from agentstream.deployments import DeploymentCreate, reject_null
 
 __all__ = ["AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
 
@@ -22,6 +22,8 @@ class AgentUpdate(BaseModel):
     """The editable part of an agent; every field optional for partial updates."""
 
     model_config = ConfigDict(extra="forbid")
+
+    _not_null = field_validator("*", mode="before")(reject_null)
 
     name: str | None = Field(default=None, max_length=200)
     model: str | None = None
@@ -56,7 +58,10 @@ class AgentSpec(BaseModel):
     """Execution timeout: past it the run ends with status ``timeout``."""
 
     def updated(self, update: AgentUpdate) -> AgentSpec:
-        return self.model_copy(update=update.model_dump(exclude_unset=True))
+        """This agent with the update applied, validated as a whole."""
+        return AgentSpec.model_validate(
+            {**self.model_dump(), **update.model_dump(exclude_unset=True)}
+        )
 
 
 class Definitions(BaseModel):

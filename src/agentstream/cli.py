@@ -488,8 +488,8 @@ def set_deployment(
         try:
             deployed = client.request("PATCH", path, json=changes)
         except APIStatusError as exc:
-            if exc.status_code != 404 or exc.code != "not_found":
-                raise
+            if exc.status_code != 404 or exc.field != "slug":
+                raise  # e.g. the agent does not exist: say that, do not try to create
             if agent is None:
                 _fail(f"No chat deployment {slug!r} yet: pass --agent to create it.")
             deployed = client.request(
@@ -520,3 +520,29 @@ def delete_deployment(
     with _friendly_errors(), Client(url, key) as client:
         client.request("DELETE", f"/api/chat-deployments/{quote(slug)}")
     typer.echo(f"Deleted {slug}")
+
+
+@app.command()
+def models(url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False) -> None:
+    """The model registry: provider, context, prices, capabilities, and whether each model
+    can run on the server (its provider's key is set)."""
+    with _friendly_errors(), Client(url, key) as client:
+        listed: list[dict[str, Any]] = client.request("GET", "/api/models")
+    if as_json:
+        typer.echo(json.dumps(listed, indent=2))
+        return
+    table = Table("model", "provider", "context", "$/M in", "$/M out", "tools", "thinking", "ready")
+    table.columns[0].no_wrap = True
+    for item in listed:
+        m, caps = item["model"], item["model"]["capabilities"]
+        price = [("—" if p is None else f"{p:g}") for p in (m["input_price"], m["output_price"])]
+        table.add_row(
+            m["name"],
+            item["provider_label"],
+            f"{m['context_window']:,}" if m["context_window"] else "—",
+            *price,
+            "yes" if caps["tools"] else "no",
+            caps["thinking"],
+            "[green]yes[/]" if item["available"] else f"[dim]{item['unavailable_reason']}[/]",
+        )
+    Console().print(table)

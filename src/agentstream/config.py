@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "write_private"]
 
 
 class Settings(BaseSettings):
@@ -32,9 +33,15 @@ class Settings(BaseSettings):
     """Larger request bodies are refused with 413."""
     offline_token_delay: float | None = Field(default=None, ge=0)
     """Seconds between the offline model's tokens; default 0.02 in demo mode, else 0."""
-    run_retention_seconds: float = Field(default=300.0, ge=0)
+    run_retention_seconds: float = Field(default=60.0, ge=0)
     """How long a finished run's live log (deltas included) stays available to late viewers."""
 
+    models_file: Path | None = None
+    """More models and providers for the registry (same format as the built-in catalog)."""
+    provider_max_retries: int = Field(default=2, ge=0)
+    """Retries of a failed provider request, done by the provider's SDK (with its backoff)."""
+    provider_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Timeout of one provider request, as the provider's SDK applies it."""
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
 
@@ -58,7 +65,13 @@ class Settings(BaseSettings):
             return self.secret_key.encode()
         path = self.data_dir / "secret-key"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32))
-            path.chmod(0o600)
+            write_private(path, secrets.token_urlsafe(32))
         return path.read_text().strip().encode()
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, from the first byte (no chmod afterwards)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text + "\n")

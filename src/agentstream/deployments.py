@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 __all__ = [
     "Access",
@@ -20,6 +21,8 @@ __all__ = [
     "DeploymentUpdate",
     "email_allowed",
     "hash_password",
+    "normalize_email",
+    "reject_null",
     "verify_password",
 ]
 
@@ -28,10 +31,19 @@ Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 OutputName = Literal["content", "toolCalls", "usage"]
 
 
+def reject_null(value: object) -> object:
+    """For partial updates: leave a field out to keep it; null is not a value."""
+    if value is None:
+        raise ValueError("may not be null; leave the field out to keep its value")
+    return value
+
+
 class DeploymentUpdate(BaseModel):
     """The editable settings; every field optional for partial updates."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    _not_null = field_validator("*", mode="before")(reject_null)
 
     agent_id: str | None = None
     title: str | None = Field(default=None, max_length=200)
@@ -76,8 +88,9 @@ class DeploymentSettings(BaseModel):
     """Mask emails, phones, card numbers, IBANs and IPs; answer text is then sent settled."""
 
     def updated(self, update: DeploymentUpdate) -> DeploymentSettings:
+        """These settings with the update applied, validated as a whole."""
         changes = update.model_dump(exclude_unset=True, exclude={"password"})
-        return self.model_copy(update=changes)
+        return DeploymentSettings.model_validate({**self.model_dump(), **changes})
 
 
 class DeploymentCreate(DeploymentSettings):
@@ -96,7 +109,17 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(candidate.hex(), digest)
 
 
-def email_allowed(email: str, allowed: list[str]) -> bool:
+_EMAIL = re.compile(r"[a-z0-9._+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+")
+
+
+def normalize_email(email: str) -> str | None:
+    """The address in lower case, or None unless it is one plain ``local@domain`` address
+    (no second ``@``, no ``%`` routing, no spaces or control characters)."""
     email = email.strip().lower()
-    domain = "@" + email.rpartition("@")[2]
-    return any(entry.lower() in (email, domain) for entry in allowed)
+    return email if _EMAIL.fullmatch(email) else None
+
+
+def email_allowed(email: str, allowed: list[str]) -> bool:
+    """Whether a normalised address is invited, by itself or by its ``@domain``."""
+    domain = "@" + email.partition("@")[2]
+    return any(entry.strip().lower() in (email, domain) for entry in allowed)

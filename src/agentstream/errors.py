@@ -6,6 +6,7 @@ AgentstreamError
 │   ├── Forbidden        403: known, but not allowed
 │   ├── NotFound         404: no such agent, run, session or deployment
 │   ├── Conflict         409: valid, but not now (e.g. the session is busy)
+│   ├── ModelUnavailable 503: the agent's model cannot run here (e.g. its key is not set)
 │   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
 ├── RunError             a run could not produce an answer
 │   ├── MaxStepsExceeded the agent kept calling tools past its step limit
@@ -29,6 +30,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "MaxStepsExceeded",
+    "ModelUnavailable",
     "NotFound",
     "ProviderError",
     "ProviderErrorKind",
@@ -80,6 +82,13 @@ class TooManyAttempts(UserError):
 
     status_code = 429
     code = "too_many_attempts"
+
+
+class ModelUnavailable(UserError):
+    """The agent's model cannot run on this server (unknown, or its key is not set)."""
+
+    status_code = 503
+    code = "model_unavailable"
 
 
 class Conflict(UserError):
@@ -168,8 +177,17 @@ class APIStatusError(ClientError):
     @property
     def code(self) -> str | None:
         """The body's ``error.code`` (e.g. ``unauthorized``, ``not_found``), if any."""
+        return self._error_field("code")
+
+    @property
+    def field(self) -> str | None:
+        """The body's ``error.field``: the request field at fault, if any."""
+        return self._error_field("field")
+
+    def _error_field(self, name: str) -> str | None:
         error = self.body.get("error") if isinstance(self.body, dict) else None
-        return error.get("code") if isinstance(error, dict) else None
+        value = error.get(name) if isinstance(error, dict) else None
+        return value if isinstance(value, str) else None
 
     def __str__(self) -> str:
         return f"{self.status_code}: {self.message}"

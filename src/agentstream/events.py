@@ -43,11 +43,15 @@ class Usage:
     """Tokens the model read."""
     output_tokens: int = 0
     """Tokens the model wrote, reasoning included."""
+    cost_usd: float | None = None
+    """What those tokens cost at the model's list prices; None when a price is unknown."""
 
     def __add__(self, other: Usage) -> Usage:
+        costs = (self.cost_usd, other.cost_usd)
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=None if None in costs else sum(c or 0.0 for c in costs),
         )
 
     @property

@@ -32,7 +32,11 @@ __all__ = ["OfflineModel"]
 
 _BURST = 16
 _TOKEN = re.compile(r"\s*\S+")
-_ARITHMETIC = re.compile(r"[-+(]*\d[\d.,]*(?:\s*[-+*/×÷^%]+\s*[-+(]*\d[\d.,]*\)*)+")
+# Possessive quantifiers keep the search linear per start; scanning only the start of a
+# message keeps it cheap overall (a long run of "1." once took seconds).
+_ARITHMETIC = re.compile(r"[-+(]*+\d[\d.,]*+(?:\s*+[-+*/×÷^%]++\s*+[-+(]*+\d[\d.,]*+\)*+)++")
+_SCANNED = 1_000
+_MAX_WORDS = 20_000
 _TIME_WORDS = re.compile(r"\b(time|date|clock|today|day is it)\b", re.IGNORECASE)
 _RECALL = re.compile(r"\b(earlier|before|previous(ly)?)\b", re.IGNORECASE)
 _WORD_COUNT = re.compile(r"\b(?:write|stream|say)\s+(\d{1,6})\s+(?:words|tokens)\b", re.IGNORECASE)
@@ -118,9 +122,9 @@ def _tool_results_since_user(messages: Sequence[Message]) -> list[tuple[str, str
 def _tool_calls_for(question: str, tools: Sequence[ToolSpec]) -> list[tuple[str, dict[str, str]]]:
     available = {tool.name for tool in tools}
     calls: list[tuple[str, dict[str, str]]] = []
-    if "calculator" in available and (match := _ARITHMETIC.search(question)):
+    if "calculator" in available and (match := _ARITHMETIC.search(question[:_SCANNED])):
         calls.append(("calculator", {"expression": match.group().strip()}))
-    if "current_time" in available and _TIME_WORDS.search(question):
+    if "current_time" in available and _TIME_WORDS.search(question[:_SCANNED]):
         calls.append(("current_time", {"timezone": "UTC"}))
     return calls
 
@@ -143,8 +147,8 @@ def _answer(question: str, earlier: Sequence[str], results: Sequence[tuple[str, 
         if earlier:
             return f"Earlier you asked: {earlier[-1]!r}."
         return "This is the start of our conversation."
-    if match := _WORD_COUNT.search(question):
-        count = int(match.group(1))
+    if match := _WORD_COUNT.search(question[:_SCANNED]):
+        count = min(int(match.group(1)), _MAX_WORDS)
         return " ".join(f"word{i}" for i in range(1, count + 1))
     if re.search(r"\b(hi|hello|hey)\b", question, re.IGNORECASE):
         return "Hi! I'm the offline demo model, a rule-based stand-in for a real LLM."

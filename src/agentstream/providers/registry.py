@@ -1,33 +1,146 @@
-"""Models by name: what an agent definition's ``model`` field refers to."""
+"""Models by name: what an agent definition's ``model`` field refers to.
+
+Catalog entries become live models on first use, with the provider's SDK client built
+from the environment; models handed in directly (tests, embedders) take precedence.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from agentstream.errors import ModelUnavailable
 from agentstream.providers.base import Model
+from agentstream.providers.catalog import Catalog, ModelInfo, ProviderInfo
+from agentstream.providers.offline import OfflineModel
 
-__all__ = ["ModelRegistry"]
+__all__ = ["ClientOptions", "ModelRegistry"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """How SDK clients are made: the SDKs' own retry and timeout settings, not ours."""
+
+    max_retries: int = 2
+    timeout: float = 600.0
+    offline_token_delay: float = 0.0
 
 
 class ModelRegistry:
     """The models this server can run."""
 
-    def __init__(self, models: Iterable[Model] = ()) -> None:
-        self._models: dict[str, Model] = {}
-        for model in models:
-            self.register(model)
-
-    def register(self, model: Model) -> None:
-        self._models[model.name] = model
-
-    def get(self, name: str) -> Model:
-        try:
-            return self._models[name]
-        except KeyError:
-            raise KeyError(f"Unknown model {name!r}; known: {', '.join(self.names())}") from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._models
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        options: ClientOptions | None = None,
+        custom: Iterable[Model] = (),
+    ) -> None:
+        self.catalog = catalog
+        self.options = options or ClientOptions()
+        self._live: dict[str, Model] = {model.name: model for model in custom}
 
     def names(self) -> list[str]:
-        return sorted(self._models)
+        return sorted({m.name for m in self.catalog.models} | set(self._live))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._live or any(m.name == name for m in self.catalog.models)
+
+    def info(self, name: str) -> ModelInfo:
+        """The catalog entry; a custom model not in the catalog gets one without prices."""
+        found = self.catalog.model(name)
+        return found or ModelInfo(name=name, provider="custom")
+
+    def provider(self, name: str) -> ProviderInfo:
+        info = self.info(name)
+        return self.catalog.providers.get(info.provider) or ProviderInfo(
+            kind="custom", label="custom"
+        )
+
+    def available(self, name: str) -> str | None:
+        """Why the model cannot run here (a missing key), or None if it can."""
+        if name in self._live:
+            return None
+        provider = self.provider(name)
+        if (
+            provider.key_required
+            and provider.api_key_env
+            and not os.environ.get(provider.api_key_env)
+        ):
+            return f"Set {provider.api_key_env} to use {name} ({provider.label})"
+        return None
+
+    def get(self, name: str) -> Model:
+        """The live model, connecting on first use. ``ModelUnavailable`` if it cannot run."""
+        if name in self._live:
+            return self._live[name]
+        if name not in self:
+            raise ModelUnavailable(
+                f"Unknown model {name!r}; known: {', '.join(self.names())}", field="model"
+            )
+        if reason := self.available(name):
+            raise ModelUnavailable(reason, field="model")
+        model = self._live[name] = _connect(self.info(name), self.provider(name), self.options)
+        return model
+
+
+def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) -> Model:
+    """Build the SDK client for the provider and wrap it in its adapter.
+
+    The SDKs are imported here, on first use, so a server that runs only the offline model
+    does not pay for importing them.
+    """
+    key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+    base_url = (os.environ.get(provider.base_url_env) if provider.base_url_env else None) or (
+        provider.base_url
+    )
+    match provider.kind:
+        case "offline":
+            return OfflineModel(name=info.name, token_delay=options.offline_token_delay)
+        case "openai" | "openai_compatible":
+            from openai import AsyncOpenAI
+
+            from agentstream.providers.openai import OpenAIChatModel, OpenAIResponsesModel
+
+            client = AsyncOpenAI(
+                api_key=key or "not-needed",  # local servers take any key
+                base_url=base_url,
+                max_retries=options.max_retries,
+                timeout=options.timeout,
+            )
+            adapter = OpenAIResponsesModel if info.api == "responses" else OpenAIChatModel
+            return adapter(
+                info.name, client=client, api_model=info.provider_model, provider=provider.label
+            )
+        case "anthropic":
+            from anthropic import AsyncAnthropic
+
+            from agentstream.providers.anthropic import AnthropicModel
+
+            anthropic = AsyncAnthropic(
+                api_key=key,
+                base_url=base_url,
+                max_retries=options.max_retries,
+                timeout=options.timeout,
+            )
+            return AnthropicModel(
+                info.name, client=anthropic, api_model=info.provider_model, provider=provider.label
+            )
+        case "gemini":
+            from google import genai
+
+            from agentstream.providers.gemini import GeminiModel
+
+            http = genai.types.HttpOptions(
+                base_url=base_url,
+                api_version="v1beta",  # thinking, signatures and JSON-schema tools live here
+                timeout=int(options.timeout * 1000),
+                retry_options=genai.types.HttpRetryOptions(attempts=options.max_retries + 1),
+            )
+            gemini = genai.Client(api_key=key, http_options=http)
+            return GeminiModel(
+                info.name, client=gemini, api_model=info.provider_model, provider=provider.label
+            )
+        case "custom":
+            raise ModelUnavailable(f"Model {info.name!r} has no provider here", field="model")

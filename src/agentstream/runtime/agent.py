@@ -153,7 +153,7 @@ async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRe
                 case ToolCallArgsPart(call_id, delta):
                     turn.calls[call_id][1].append(delta)
                 case UsagePart(usage):
-                    ctx.usage += usage
+                    ctx.count(usage)
                 case ProviderStatePart(state):
                     turn.provider_state = state
                 case ToolCallEndPart() | TurnEndPart():

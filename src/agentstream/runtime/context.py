@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import anyio
 
 from agentstream.events import BaseEvent, Usage
+from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.store import Store
 
@@ -19,14 +20,30 @@ E = TypeVar("E", bound=BaseEvent)
 class RunContext:
     """What the runtime needs of the outside world while a run executes."""
 
-    def __init__(self, run_id: str, *, log: RunLog, store: Store) -> None:
+    def __init__(
+        self, run_id: str, *, log: RunLog, store: Store, pricing: ModelInfo | None = None
+    ) -> None:
         self.run_id = run_id
-        self.usage = Usage()
+        self.pricing = pricing
+        self.usage = pricing.priced(Usage()) if pricing else Usage()
         self.open_tool_calls: dict[str, tuple[int, str]] = {}
         """Tool calls announced but not settled: (step, tool name) by call id."""
         self._log = log
         self._store = store
         self._seq = 0
+
+    def count(self, usage: Usage) -> None:
+        """Add a turn's usage to the run's, priced at the model's rates."""
+        self.usage += self.pricing.priced(usage) if self.pricing else usage
+
+    def stamp(self, kind: type[E], /, **fields: Any) -> E:
+        """The next event of this run: its seq and time."""
+        self._seq += 1
+        return kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
+
+    def publish(self, event: BaseEvent) -> None:
+        """Deliver to live viewers (persisting, if due, is the caller's business)."""
+        self._log.append(event)
 
     async def emit(self, kind: type[E], /, **fields: Any) -> E:
         """Create the next event of this run and deliver it.
@@ -34,10 +51,9 @@ class RunContext:
         A persisted event is in the database before any viewer sees it, so whatever a
         viewer saw can be replayed; the write is shielded so a cancel cannot tear it.
         """
-        self._seq += 1
-        event = kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
+        event = self.stamp(kind, **fields)
         if kind.persisted:
             with anyio.CancelScope(shield=True):
                 await self._store.append_event(event)
-        self._log.append(event)
+        self.publish(event)
         return event

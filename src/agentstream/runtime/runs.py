@@ -11,25 +11,35 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
 
 from agentstream.agents import AgentSpec
 from agentstream.errors import Conflict, NotFound, RunError, UserError
-from agentstream.events import FailureStatus, RunCompleted, RunFailed, RunStarted, ToolResult
+from agentstream.events import (
+    BaseEvent,
+    FailureStatus,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    ToolResult,
+)
+from agentstream.providers.base import Message, Model
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runlog import RunLog
 from agentstream.runtime.agent import AgentAnswer, run_agent
 from agentstream.runtime.context import RunContext
-from agentstream.runtime.tools import ToolRegistry
+from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
 from agentstream.store.store import StoredAgent
 
 __all__ = ["RunManager", "StartedRun"]
 
 logger = logging.getLogger(__name__)
+
+RunStatus = Literal["completed"] | FailureStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,7 @@ class RunManager:
         if self._group is None:
             raise RuntimeError("RunManager is not running")
         spec = agent.spec
+        self.check_agent(spec)  # a pinned snapshot may name what this server no longer has
         new_session = session_id is None
         if session_id is None:
             session_id = f"ses_{uuid.uuid4().hex}"
@@ -108,6 +119,7 @@ class RunManager:
                 f"Session {session_id!r} already has a run in progress", field="session_id"
             )
         model = self.models.get(spec.model)
+        pricing = self.models.info(spec.model)
         tools = self.tools.select(spec.tools)
         reasoning = spec.reasoning if reasoning is None else reasoning
 
@@ -130,41 +142,23 @@ class RunManager:
         self._live[run_id] = live
 
         async def execute() -> None:
-            ctx = RunContext(run_id, log=self.log, store=self.store)
-            answer: AgentAnswer | None = None
-            failure: tuple[FailureStatus, str] = (
-                "interrupted",
-                "The server stopped during the run",
-            )
+            ctx = RunContext(run_id, log=self.log, store=self.store, pricing=pricing)
+            outcome = _Outcome("interrupted", "The server stopped during the run")
             try:
                 with live.scope:
-                    await ctx.emit(RunStarted, agent_id=spec.id, session_id=session_id)
-                    try:
-                        with anyio.fail_after(spec.timeout_seconds):
-                            answer = await run_agent(
-                                ctx,
-                                spec,
-                                model,
-                                tools,
-                                history=history,
-                                message=message,
-                                reasoning=reasoning,
-                            )
-                    except TimeoutError:
-                        failure = (
-                            "timeout",
-                            f"Execution timed out after {spec.timeout_seconds:g}s",
+                    with anyio.move_on_after(spec.timeout_seconds) as deadline:
+                        outcome = await self._execute(
+                            ctx, spec, model, tools, session_id, history, message, reasoning
                         )
-                    except RunError as exc:
-                        failure = ("error", str(exc))
-                    except Exception as exc:
-                        logger.exception("Run %s failed", run_id)
-                        failure = ("error", f"{type(exc).__name__}: {exc}")
+                    if deadline.cancelled_caught:
+                        outcome = _Outcome(
+                            "timeout", f"Execution timed out after {spec.timeout_seconds:g}s"
+                        )
                 if live.scope.cancelled_caught:
-                    failure = ("cancelled", live.cancel_reason or "Run cancelled")
+                    outcome = _Outcome("cancelled", live.cancel_reason or "Run cancelled")
             finally:
                 with anyio.CancelScope(shield=True):
-                    await self._finish(ctx, answer, failure)
+                    await self._finish(ctx, outcome)
                     del self._live[run_id], self._by_session[session_id]
                     live.done.set()
 
@@ -175,7 +169,9 @@ class RunManager:
         """Refuse an agent whose model or tools this server does not have."""
         if spec.model not in self.models:
             known = ", ".join(self.models.names())
-            raise UserError(f"Unknown model {spec.model!r}; known: {known}", field="model")
+            raise UserError(
+                f"Unknown model {spec.model!r}; known: {known} (GET /api/models)", field="model"
+            )
         if unknown := [name for name in spec.tools if name not in self.tools]:
             available = ", ".join(self.tools.names())
             raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
@@ -198,40 +194,79 @@ class RunManager:
             with anyio.move_on_after(10):
                 await busy.done.wait()
 
-    def is_live(self, run_id: str) -> bool:
-        return run_id in self._live
+    async def _execute(
+        self,
+        ctx: RunContext,
+        spec: AgentSpec,
+        model: Model,
+        tools: list[Tool],
+        session_id: str,
+        history: list[Message],
+        message: str,
+        reasoning: bool,
+    ) -> _Outcome:
+        """Run the agent; every exception becomes an outcome, none escapes to the task group.
 
-    async def _finish(
-        self, ctx: RunContext, answer: AgentAnswer | None, failure: tuple[FailureStatus, str]
-    ) -> None:
-        """End the run truthfully: settle open tool calls, emit the last event, record it."""
+        What the run's viewers read of an unexpected error is generic (a public chat may be
+        watching); the details go to the log and the run's record.
+        """
+        try:
+            await ctx.emit(RunStarted, agent_id=spec.id, session_id=session_id)
+            answer = await run_agent(
+                ctx, spec, model, tools, history=history, message=message, reasoning=reasoning
+            )
+        except RunError as exc:
+            return _Outcome("error", str(exc))
+        except Exception as exc:
+            logger.exception("Run %s failed", ctx.run_id)
+            return _Outcome(
+                "error",
+                f"Internal error; the server log has the details of run {ctx.run_id}",
+                detail=f"{type(exc).__name__}: {exc}",
+            )
+        return _Outcome("completed", answer=answer)
+
+    async def _finish(self, ctx: RunContext, outcome: _Outcome) -> None:
+        """End the run truthfully: settle open tool calls, then record the outcome with its
+        last event in one transaction and publish that event. Viewers always get a last
+        event, even when the store fails."""
         try:
             for call_id, (step, name) in list(ctx.open_tool_calls.items()):
                 await ctx.emit(
                     ToolResult, step=step, call_id=call_id, tool_name=name, status="cancelled"
                 )
+            answer = outcome.answer
+            last: BaseEvent
             if answer is not None:
-                await ctx.emit(RunCompleted, content=answer.content, usage=ctx.usage)
-                await self.store.finish_run(
-                    ctx.run_id,
-                    status="completed",
-                    content=answer.content,
-                    error=None,
-                    usage=ctx.usage,
-                    memory=answer.memory,
-                )
+                last = ctx.stamp(RunCompleted, content=answer.content, usage=ctx.usage)
             else:
-                status, message = failure
-                await ctx.emit(RunFailed, status=status, message=message)
-                await self.store.finish_run(
-                    ctx.run_id,
-                    status=status,
-                    content=None,
-                    error=message,
-                    usage=ctx.usage,
-                    memory=(),
-                )
+                assert outcome.status != "completed"
+                last = ctx.stamp(RunFailed, status=outcome.status, message=outcome.message)
+            await self.store.finish_run(
+                ctx.run_id,
+                status=outcome.status,
+                content=answer.content if answer else None,
+                error=outcome.detail or outcome.message or None,
+                usage=ctx.usage,
+                memory=answer.memory if answer else (),
+                last_event=last,
+            )
         except Exception:
             logger.exception("Could not record the end of run %s", ctx.run_id)
-        finally:
-            self.log.close(ctx.run_id)
+            last = ctx.stamp(
+                RunFailed,
+                status="error",
+                message=f"The run's outcome could not be saved; see the server log ({ctx.run_id})",
+            )
+        ctx.publish(last)
+        self.log.close(ctx.run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    status: RunStatus
+    message: str = ""
+    """What the run's last event says."""
+    detail: str | None = None
+    """What the run's record says, if more than the message (authenticated readers only)."""
+    answer: AgentAnswer | None = None

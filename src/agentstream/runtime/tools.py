@@ -126,8 +126,10 @@ class Tool:
             if self._is_async:
                 result = await self._fn(*args, **kwargs)
             else:
+                # A cancelled run does not wait for a sync tool's thread to finish: the call
+                # settles as cancelled at once and the thread's result is dropped.
                 result = await anyio.to_thread.run_sync(
-                    functools.partial(self._fn, *args, **kwargs)
+                    functools.partial(self._fn, *args, **kwargs), abandon_on_cancel=True
                 )
                 if inspect.isawaitable(result):
                     result = await result

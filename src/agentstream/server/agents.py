@@ -14,9 +14,10 @@ from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, native
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.validation import MessageText
 from agentstream.store.store import StoredAgent
 
-__all__ = ["router"]
+__all__ = ["agent_or_404", "router"]
 
 router = APIRouter(prefix="/api/agents", tags=["agents"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
@@ -25,7 +26,7 @@ Svc = Annotated[Services, Depends(services)]
 class RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, max_length=200_000)
+    message: MessageText
     """The user's message."""
     session_id: str | None = Field(default=None, max_length=40)
     """Continue this conversation (from an earlier run's ``start`` event)."""
@@ -49,7 +50,7 @@ def _out(stored: StoredAgent) -> AgentOut:
     )
 
 
-async def _agent(svc: Services, agent_id: str) -> StoredAgent:
+async def agent_or_404(svc: Services, agent_id: str) -> StoredAgent:
     stored = await svc.store.get_agent(agent_id)
     if stored is None:
         raise NotFound(f"No agent {agent_id!r}", field="agent_id")
@@ -71,12 +72,12 @@ async def create_agent(spec: AgentSpec, svc: Svc) -> AgentOut:
 
 @router.get("/{agent_id}")
 async def get_agent(agent_id: str, svc: Svc) -> AgentOut:
-    return _out(await _agent(svc, agent_id))
+    return _out(await agent_or_404(svc, agent_id))
 
 
 @router.patch("/{agent_id}")
 async def update_agent(agent_id: str, update: AgentUpdate, svc: Svc) -> AgentOut:
-    spec = (await _agent(svc, agent_id)).spec.updated(update)
+    spec = (await agent_or_404(svc, agent_id)).spec.updated(update)
     svc.runs.check_agent(spec)
     return _out(await svc.store.put_agent(spec))
 
@@ -95,7 +96,7 @@ async def delete_agent(agent_id: str, svc: Svc) -> Response:
 )
 async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
     """Run the agent and stream its events. Disconnecting cancels the run."""
-    agent = await _agent(svc, agent_id)
+    agent = await agent_or_404(svc, agent_id)
     run = await svc.runs.start(
         agent, body.message, session_id=body.session_id, reasoning=body.reasoning
     )

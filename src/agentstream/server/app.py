@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
 
@@ -13,11 +14,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from agentstream.agents import AgentSpec, Definitions, load_definitions
-from agentstream.config import Settings
+from agentstream.config import Settings, write_private
 from agentstream.deployments import DeploymentSettings, hash_password
 from agentstream.providers.base import Model
-from agentstream.providers.offline import OfflineModel
-from agentstream.providers.registry import ModelRegistry
+from agentstream.providers.catalog import load_catalog
+from agentstream.providers.registry import ClientOptions, ModelRegistry
 from agentstream.runlog import RunLog
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.runs import RunManager
@@ -28,6 +29,7 @@ from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigne
 from agentstream.server.deployments import deploy
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
+from agentstream.server.models import router as models_router
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.store import Store
@@ -52,7 +54,15 @@ def create_app(
     file; ``email_sender`` delivers chat sign-in codes (default: to the server log)."""
     settings = settings or Settings()
     tool_registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
-    model_registry = ModelRegistry([OfflineModel(token_delay=settings.token_delay), *models])
+    model_registry = ModelRegistry(
+        load_catalog(settings.models_file),
+        options=ClientOptions(
+            max_retries=settings.provider_max_retries,
+            timeout=settings.provider_timeout_seconds,
+            offline_token_delay=settings.token_delay,
+        ),
+        custom=models,
+    )
     extra_agents = list(agents)
 
     @asynccontextmanager
@@ -73,7 +83,7 @@ def create_app(
                     runs=manager,
                     chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
                 )
-                await _define(services, _startup_definitions(settings, extra_agents))
+                await _define_all(services, settings, extra_agents)
                 if settings.demo:
                     await _demo_key(store, settings)
                 app.state.services = services
@@ -84,7 +94,7 @@ def create_app(
     app = FastAPI(
         title="agentstream",
         summary="Run AI agents and stream everything they do over Server-Sent Events.",
-        version="0.1.0",
+        version=version("agentstream"),
         lifespan=lifespan,
     )
     install_error_handlers(app)
@@ -92,6 +102,7 @@ def create_app(
     app.include_router(runs_router)
     app.include_router(agents_router)
     app.include_router(deployments_router)
+    app.include_router(models_router)
     app.include_router(chat_router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -107,31 +118,40 @@ def create_app(
     return app
 
 
-def _startup_definitions(settings: Settings, extra_agents: list[AgentSpec]) -> Definitions:
-    files_ = [DEMO_DEFINITIONS] if settings.demo else []
-    files_ += [settings.agents_file] if settings.agents_file else []
-    found = [load_definitions(path) for path in files_]
-    return Definitions(
-        agents=[a for d in found for a in d.agents] + extra_agents,
-        deployments=[dep for d in found for dep in d.deployments],
-    )
+async def _define_all(services: Services, settings: Settings, extra: list[AgentSpec]) -> None:
+    """The demo's definitions are created once and then left to the user's changes; the
+    agents file is the source of truth for what it declares and is applied at each start."""
+    if settings.demo:
+        await _define(services, load_definitions(DEMO_DEFINITIONS), replace=False)
+    declared = load_definitions(settings.agents_file) if settings.agents_file else Definitions()
+    declared = declared.model_copy(update={"agents": declared.agents + extra})
+    await _define(services, declared, replace=True)
 
 
-async def _define(services: Services, definitions: Definitions) -> None:
-    """Create or update what the definitions file declares; deployments re-snapshot."""
+async def _define(services: Services, definitions: Definitions, *, replace: bool) -> None:
+    """Create what is declared; with ``replace``, also bring what exists in line (saying so)."""
+    store = services.store
     for spec in definitions.agents:
         services.runs.check_agent(spec)
-        await services.store.put_agent(spec)
+        existing = await store.get_agent(spec.id)
+        if existing is None or (replace and existing.spec != spec):
+            if existing is not None:
+                logger.warning("Agent %r updated from the agents file", spec.id)
+            await store.put_agent(spec)
     for declared in definitions.deployments:
-        existing = await services.store.get_deployment(declared.slug)
+        existing_deployment = await store.get_deployment(declared.slug)
+        settings = DeploymentSettings.model_validate(declared.model_dump(exclude={"password"}))
+        if existing_deployment is not None and not (
+            replace and existing_deployment.settings != settings
+        ):
+            continue
+        if existing_deployment is not None:
+            logger.warning("Chat deployment %r updated from the agents file", declared.slug)
         password_hash = (
             hash_password(declared.password)
             if declared.password
-            else existing.password_hash
-            if existing
-            else None
+            else (existing_deployment.password_hash if existing_deployment else None)
         )
-        settings = DeploymentSettings.model_validate(declared.model_dump(exclude={"password"}))
         await deploy(services, settings, password_hash)
 
 
@@ -141,7 +161,5 @@ async def _demo_key(store: Store, settings: Settings) -> None:
     key = path.read_text().strip() if path.exists() else ""
     if not key or not await store.is_api_key(key):
         key = await store.create_api_key("demo")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(key + "\n")
-        path.chmod(0o600)
+        write_private(path, key)
     logger.info("Demo API key: %s  (also in %s)", key, path)

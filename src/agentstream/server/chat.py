@@ -10,17 +10,20 @@ import hashlib
 import uuid
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentstream.deployments import email_allowed, verify_password
-from agentstream.errors import AccessDenied, Forbidden, NotFound, TooManyAttempts, UserError
+from agentstream.deployments import email_allowed, normalize_email, verify_password
+from agentstream.errors import AccessDenied, Forbidden, TooManyAttempts, UserError
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
+from agentstream.server.deployments import deployment_or_404
 from agentstream.server.frames import event_chunks
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.validation import MessageText
 from agentstream.store.store import StoredDeployment
 from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
 
@@ -37,7 +40,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str | None = Field(default=None, min_length=1, max_length=200_000)
+    input: MessageText | None = None
     conversationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
     """Continue this conversation; a new one is started (and returned) if absent."""
     password: str | None = Field(default=None, max_length=200)
@@ -59,13 +62,6 @@ class ChatInfo(BaseModel):
 
 def _cookie(slug: str) -> str:
     return f"agentstream_chat_{slug}"
-
-
-async def _deployment(svc: Services, slug: str) -> StoredDeployment:
-    stored = await svc.store.get_deployment(slug)
-    if stored is None:
-        raise NotFound(f"No chat deployment {slug!r}", field="slug")
-    return stored
 
 
 def _binding(deployment: StoredDeployment) -> str:
@@ -94,59 +90,70 @@ async def _authenticate(
 ) -> str:
     """Check the credentials in the body; the identity to sign into a cookie."""
     settings, access = deployment.settings, svc.chat_access
+    slug = settings.slug
     if settings.access == "api_key":
         raise AccessDenied("This chat needs an API key: send 'apikey: KEY'", field="apikey")
     if settings.access == "password":
         if body.password is None:
             raise AccessDenied("This chat is password protected", field="password")
-        _count_guess(svc, settings.slug, client)
+        _limit(access.guesses.retry_after(client, slug), "password")
+        _limit(access.deployment_guesses.retry_after(slug), "password")
         assert deployment.password_hash is not None
-        if not verify_password(body.password, deployment.password_hash):
+        # scrypt takes tens of milliseconds: off the event loop, so streams keep flowing
+        if not await anyio.to_thread.run_sync(
+            verify_password, body.password, deployment.password_hash
+        ):
             raise AccessDenied("Wrong password", field="password")
         return ""
-    email = (body.email or "").strip().lower()
-    if not email:
+    if not body.email:
         raise AccessDenied("This chat is for invited emails: send your email", field="email")
+    email = normalize_email(body.email)
+    if email is None:
+        raise UserError(f"Not an email address: {body.email!r}", field="email")
     if not email_allowed(email, settings.allowed_emails):
         raise Forbidden("This email is not invited to this chat", field="email")
     if body.otp is None:
-        code = access.codes.issue(settings.slug, email)
+        _limit(access.codes_sent.retry_after(email, slug), "email")
+        _limit(access.codes_sent.retry_after(client, slug), "email")
+        code = access.codes.issue(slug, email)
         await access.send_email(
             email,
-            f"Your code for {settings.title or settings.slug}",
+            f"Your code for {settings.title or slug}",
             f"Your sign-in code is {code}. It is valid for 10 minutes.",
         )
         raise AccessDenied(f"We sent a code to {email}: send it as 'otp'", field="otp")
-    _count_guess(svc, settings.slug, client)
-    if not access.codes.redeem(settings.slug, email, body.otp):
+    _limit(access.guesses.retry_after(client, slug), "otp")
+    _limit(access.deployment_guesses.retry_after(slug), "otp")
+    if not access.codes.redeem(slug, email, body.otp):
         raise AccessDenied("Wrong or expired code", field="otp")
     return email
 
 
-def _count_guess(svc: Services, slug: str, client: str) -> None:
-    wait = svc.chat_access.guesses.retry_after((client, slug))
+def _limit(wait: float, field: str) -> None:
     if wait:
         seconds = str(int(wait) + 1)
         raise TooManyAttempts(
             f"Too many attempts; try again in {seconds} seconds",
-            field="password",
+            field=field,
             headers={"Retry-After": seconds},
         )
 
 
 @router.get("/{slug}")
 async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
-    """What the hosted page needs to render the chat: no secrets."""
-    deployment = await _deployment(svc, slug)
+    """What the hosted page needs to render the chat. Until a visitor is signed in, only
+    the title and how to sign in: the greeting and settings are for invited people."""
+    deployment = await deployment_or_404(svc, slug)
     s = deployment.settings
+    inside = await _has_access(svc, deployment, request)
     return ChatInfo(
         slug=s.slug,
         title=s.title or deployment.agent.spec.name or s.slug,
-        greeting=s.greeting,
+        greeting=s.greeting if inside else "",
         access=s.access,
-        authenticated=await _has_access(svc, deployment, request),
-        includeThinking=s.include_thinking,
-        includeToolCalls=s.include_tool_calls,
+        authenticated=inside,
+        includeThinking=s.include_thinking and inside,
+        includeToolCalls=s.include_tool_calls and inside,
     )
 
 
@@ -163,7 +170,7 @@ async def chat(
     protocol: Annotated[str | None, Header(alias=PROTOCOL_HEADER)] = None,
 ) -> Response:
     """Send a message and stream the answer; or, with only credentials, sign in."""
-    deployment = await _deployment(svc, slug)
+    deployment = await deployment_or_404(svc, slug)
     if body.files:
         raise UserError("File uploads are not supported by this server yet", field="files")
     signed_in: str | None = None
@@ -185,6 +192,7 @@ async def chat(
             max_age=int(svc.chat_access.signer.max_age),
             httponly=True,
             samesite="lax",
+            secure=request.url.scheme == "https",
             path="/",
         )
     return response

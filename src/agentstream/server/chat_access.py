@@ -30,16 +30,23 @@ async def log_code(to: str, subject: str, body: str) -> None:
 
 
 class GuessLimiter:
-    """At most ``limit`` guesses per key in any ``window`` seconds (a sliding window)."""
+    """At most ``limit`` guesses per key in any ``window`` seconds (a sliding window).
 
-    def __init__(self, *, limit: int = 10, window: float = 15 * 60) -> None:
+    Keys whose window has passed are swept out now and then, so memory stays bounded by
+    the guesses of the last window.
+    """
+
+    def __init__(self, *, limit: int, window: float = 15 * 60) -> None:
         self.limit = limit
         self.window = window
-        self._guesses: dict[tuple[str, str], deque[float]] = {}
+        self._guesses: dict[tuple[str, ...], deque[float]] = {}
+        self._next_sweep = 0.0
 
-    def retry_after(self, key: tuple[str, str]) -> float:
+    def retry_after(self, *key: str) -> float:
         """Seconds until the next guess is allowed; 0 if it is allowed now (and counted)."""
         now = time.monotonic()
+        if now >= self._next_sweep:
+            self._sweep(now)
         guesses = self._guesses.setdefault(key, deque())
         while guesses and guesses[0] <= now - self.window:
             guesses.popleft()
@@ -48,33 +55,48 @@ class GuessLimiter:
         guesses.append(now)
         return 0.0
 
+    def _sweep(self, now: float) -> None:
+        stale = [k for k, g in self._guesses.items() if not g or g[-1] <= now - self.window]
+        for key in stale:
+            del self._guesses[key]
+        self._next_sweep = now + self.window / 10
+
 
 @dataclass(slots=True)
 class _Code:
     digest: str
     expires: float
+    tries_left: int
 
 
 @dataclass
 class CodeBook:
-    """One-time codes sent to allowed email addresses, valid for ``ttl`` seconds."""
+    """One-time codes for allowed email addresses: valid for ``ttl`` seconds and a few
+    tries; a new code replaces the last one for the same address."""
 
     ttl: float = 10 * 60
+    tries: int = 5
     _codes: dict[tuple[str, str], _Code] = field(default_factory=dict)
 
     def issue(self, slug: str, email: str) -> str:
+        now = time.monotonic()
+        for key in [k for k, c in self._codes.items() if c.expires < now]:
+            del self._codes[key]
         code = f"{secrets.randbelow(10**6):06d}"
-        self._codes[slug, email] = _Code(_digest(code), time.monotonic() + self.ttl)
+        self._codes[slug, email] = _Code(_digest(code), now + self.ttl, self.tries)
         return code
 
     def redeem(self, slug: str, email: str, code: str) -> bool:
         issued = self._codes.get((slug, email))
         if issued is None or issued.expires < time.monotonic():
             return False
-        if not hmac.compare_digest(issued.digest, _digest(code.strip())):
-            return False
-        del self._codes[slug, email]
-        return True
+        if hmac.compare_digest(issued.digest, _digest(code.strip())):
+            del self._codes[slug, email]
+            return True
+        issued.tries_left -= 1
+        if issued.tries_left <= 0:
+            del self._codes[slug, email]
+        return False
 
 
 class SessionSigner:
@@ -117,7 +139,12 @@ class ChatAccess:
 
     signer: SessionSigner
     send_email: EmailSender = log_code
-    guesses: GuessLimiter = field(default_factory=GuessLimiter)
+    guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=10))
+    """Password and code guesses, per client and deployment (the spec's 10 per 15 min)."""
+    deployment_guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=200))
+    """All guesses at one deployment, whoever makes them: a brake on distributed guessing."""
+    codes_sent: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=5))
+    """Codes mailed, per address and per client: no mail bombing."""
     codes: CodeBook = field(default_factory=CodeBook)
 
 

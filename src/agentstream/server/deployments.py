@@ -15,11 +15,12 @@ from agentstream.deployments import (
     hash_password,
 )
 from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.store.store import StoredAgent, StoredDeployment
+from agentstream.store.store import StoredDeployment
 
-__all__ = ["router"]
+__all__ = ["deploy", "deployment_or_404", "router"]
 
 router = APIRouter(
     prefix="/api/chat-deployments",
@@ -48,18 +49,11 @@ def _out(stored: StoredDeployment) -> DeploymentOut:
     )
 
 
-async def _deployment(svc: Services, slug: str) -> StoredDeployment:
+async def deployment_or_404(svc: Services, slug: str) -> StoredDeployment:
     stored = await svc.store.get_deployment(slug)
     if stored is None:
         raise NotFound(f"No chat deployment {slug!r}", field="slug")
     return stored
-
-
-async def _agent(svc: Services, agent_id: str) -> StoredAgent:
-    agent = await svc.store.get_agent(agent_id)
-    if agent is None:
-        raise NotFound(f"No agent {agent_id!r}", field="agent_id")
-    return agent
 
 
 def _check(settings: DeploymentSettings, password_hash: str | None) -> None:
@@ -74,7 +68,7 @@ async def deploy(
 ) -> StoredDeployment:
     """Validate and store a deployment with a fresh snapshot of its agent."""
     _check(settings, password_hash)
-    agent = await _agent(svc, settings.agent_id)
+    agent = await agent_or_404(svc, settings.agent_id)
     return await svc.store.put_deployment(settings, agent=agent, password_hash=password_hash)
 
 
@@ -94,13 +88,13 @@ async def create_deployment(body: DeploymentCreate, svc: Svc) -> DeploymentOut:
 
 @router.get("/{slug}")
 async def get_deployment(slug: str, svc: Svc) -> DeploymentOut:
-    return _out(await _deployment(svc, slug))
+    return _out(await deployment_or_404(svc, slug))
 
 
 @router.patch("/{slug}")
 async def update_deployment(slug: str, update: DeploymentUpdate, svc: Svc) -> DeploymentOut:
     """Change settings; also re-snapshots the agent, like a redeploy."""
-    stored = await _deployment(svc, slug)
+    stored = await deployment_or_404(svc, slug)
     password_hash = hash_password(update.password) if update.password else stored.password_hash
     return _out(await deploy(svc, stored.settings.updated(update), password_hash))
 
@@ -108,7 +102,7 @@ async def update_deployment(slug: str, update: DeploymentUpdate, svc: Svc) -> De
 @router.post("/{slug}/redeploy")
 async def redeploy(slug: str, svc: Svc) -> DeploymentOut:
     """Pick up the agent's current model, tools and instructions."""
-    stored = await _deployment(svc, slug)
+    stored = await deployment_or_404(svc, slug)
     return _out(await deploy(svc, stored.settings, stored.password_hash))
 
 

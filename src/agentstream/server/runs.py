@@ -122,11 +122,19 @@ async def resume_stream(
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[int | None, Header(ge=0)] = None,
 ) -> Any:
-    """Follow a run from after ``Last-Event-ID`` (or ``?after=``): live events while the run
-    is in this server's log, the persisted ones after that. Disconnecting does not cancel."""
-    start = after if after is not None else (last_event_id or 0)
+    """Follow a run from after ``Last-Event-ID`` or ``?after=`` (the later of the two: an
+    EventSource reconnects to the same URL with the header): live events while the run is in
+    this server's log, the persisted ones after that. Disconnecting does not cancel.
+
+    ``204 No Content`` once a finished run has nothing more, which tells an EventSource to
+    stop reconnecting.
+    """
+    start = max(after or 0, last_event_id or 0)
     if run_id in svc.runs.log:
         subscription = svc.runs.log.subscribe(run_id, after=start)
+        if subscription.finished:
+            subscription.close()
+            return Response(status_code=204)
         return EventStreamResponse(
             event_chunks(subscription, native),
             keepalive=svc.settings.keepalive_seconds,
@@ -135,7 +143,9 @@ async def resume_stream(
     if await svc.store.get_run(run_id) is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
     stored = [e for e in await svc.store.run_events(run_id) if e.seq > start]
-    pending: list[bytes] = [encode_events(stored, native)] if stored else []
+    if not stored:
+        return Response(status_code=204)
+    pending = [encode_events(stored, native)]
 
     async def next_chunk() -> bytes | None:
         return pending.pop() if pending else None

@@ -232,17 +232,8 @@ class Store:
             )
 
     async def append_event(self, event: BaseEvent) -> None:
-        payload = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
         async with self._session.begin() as db:
-            db.add(
-                RunEventRow(
-                    run_id=event.run_id,
-                    seq=event.seq,
-                    type=payload["type"],
-                    ts=event.ts,
-                    payload=payload,
-                )
-            )
+            db.add(_event_row(event))
 
     async def finish_run(
         self,
@@ -253,15 +244,19 @@ class Store:
         error: str | None,
         usage: Usage,
         memory: Sequence[Message],
+        last_event: BaseEvent,
     ) -> None:
-        """Record the outcome and append the run's exchange to its session, atomically."""
+        """Record the outcome, its last event, and the run's exchange in its session: all
+        or nothing."""
         async with self._session.begin() as db:
+            db.add(_event_row(last_event))
             run = await db.get_one(RunRow, run_id)
             run.status = status
             run.content = content
             run.error = error
             run.input_tokens = usage.input_tokens
             run.output_tokens = usage.output_tokens
+            run.cost_usd = usage.cost_usd
             run.finished_at = _now()
             db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
 
@@ -290,6 +285,13 @@ class Store:
                 )
             )
         return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _event_row(event: BaseEvent) -> RunEventRow:
+    payload = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
+    return RunEventRow(
+        run_id=event.run_id, seq=event.seq, type=payload["type"], ts=event.ts, payload=payload
+    )
 
 
 def _upgrade(connection: Connection) -> None:
@@ -341,7 +343,9 @@ def _run_record(row: RunRow) -> RunRecord:
         input=row.input,
         content=row.content,
         error=row.error,
-        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        usage=Usage(
+            input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
+        ),
         reasoning_requested=row.reasoning_requested,
         created_at=_utc(row.created_at),
         finished_at=None if row.finished_at is None else _utc(row.finished_at),
@@ -354,6 +358,7 @@ def _message(row: MessageRow) -> Message:
         content=row.content,
         tool_calls=tuple(RequestedToolCall(**call) for call in row.tool_calls),
         tool_call_id=row.tool_call_id,
+        provider_state=row.provider_state,
     )
 
 
@@ -368,4 +373,5 @@ def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
             for call in message.tool_calls
         ],
         tool_call_id=message.tool_call_id,
+        provider_state=message.provider_state,
     )

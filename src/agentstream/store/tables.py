@@ -67,6 +67,8 @@ class MessageRow(Base):
     content: Mapped[str] = mapped_column(Text)
     tool_calls: Mapped[list[Any]] = mapped_column()
     tool_call_id: Mapped[str | None] = mapped_column(String(100))
+    provider_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """What the provider needs replayed (e.g. signed thinking blocks), for the next run."""
 
 
 class RunRow(Base):
@@ -84,6 +86,7 @@ class RunRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
     reasoning_requested: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

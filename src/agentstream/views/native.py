@@ -31,11 +31,12 @@ from agentstream.events import (
 __all__ = ["NativeFrame", "NativeFrameAdapter", "frame", "usage_json"]
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
+def usage_json(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
+        "cost_usd": usage.cost_usd,
     }
 
 
@@ -147,6 +148,8 @@ class UsageJSON(_Frame):
     input_tokens: int
     output_tokens: int
     total_tokens: int
+    cost_usd: float | None = None
+    """At the model's list prices (see ``GET /api/models``); None when unknown."""
 
 
 class CompleteFrame(_Frame):

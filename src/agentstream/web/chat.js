@@ -175,6 +175,8 @@ async function signIn(event) {
   $("signin").hidden = true;
   $("composer").hidden = false;
   setStatus("");
+  const info = await loadInfo();  // the greeting is for signed-in visitors
+  if (info.greeting) $("conversation").append(element("div", "message assistant", info.greeting));
 }
 
 async function start() {

@@ -1,0 +1,1 @@
+"""Fake provider APIs that replay documented wire formats, for tests."""

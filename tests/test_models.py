@@ -1,0 +1,137 @@
+"""The model registry: the catalog, availability by key, costs, the API and the docs page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentstream.agents import AgentSpec
+from agentstream.events import Usage
+from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart, UsagePart
+from agentstream.providers.catalog import Catalog, capability_table, load_catalog
+from agentstream.providers.registry import ModelRegistry
+from agentstream.providers.scripted import ScriptedModel
+from conftest import LiveServer, make_settings, serve, stream_frames
+
+DOCS = Path(__file__).parents[1] / "docs" / "models.md"
+
+
+def test_docs_page_is_generated_from_the_catalog() -> None:
+    assert DOCS.read_text() == capability_table(load_catalog()), "run `make docs`"
+
+
+def test_catalog_is_consistent() -> None:
+    catalog = load_catalog()
+    families = {catalog.providers[m.provider].kind for m in catalog.models}
+    assert {"offline", "openai", "anthropic", "gemini", "openai_compatible"} <= families
+    with pytest.raises(ValueError, match="unknown providers"):
+        Catalog.model_validate({"providers": {}, "models": [{"name": "x", "provider": "nope"}]})
+
+
+def test_costs_come_from_list_prices() -> None:
+    info = load_catalog().model("claude-sonnet-4-5")
+    assert info is not None
+    priced = info.priced(Usage(input_tokens=1_000_000, output_tokens=200_000))
+    assert priced.cost_usd == pytest.approx(3.00 + 0.2 * 15.00)
+    assert (priced + priced).cost_usd == pytest.approx(12.00)
+    assert (priced + Usage()).cost_usd is None, "an unknown price makes the total unknown"
+
+
+def test_a_model_needs_its_providers_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = ModelRegistry(load_catalog())
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert registry.available("claude-sonnet-4-5") == (
+        "Set ANTHROPIC_API_KEY to use claude-sonnet-4-5 (Anthropic)"
+    )
+    assert registry.available("ollama/llama3.1") is None, "local servers need no key"
+    assert registry.available("offline") is None
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert registry.available("claude-sonnet-4-5") is None
+    assert registry.get("claude-sonnet-4-5").name == "claude-sonnet-4-5"
+
+
+def test_user_catalog_adds_models(tmp_path: Path) -> None:
+    own = tmp_path / "models.yaml"
+    own.write_text(
+        "providers:\n  mine: {kind: openai_compatible, label: Mine, base_url: http://x/v1,"
+        " key_required: false}\n"
+        "models:\n  - {name: mine/small, provider: mine, api_model: small, input_price: 1,"
+        " output_price: 2}\n"
+    )
+    catalog = load_catalog(own)
+    assert catalog.model("mine/small") is not None
+    assert catalog.model("gpt-4.1") is not None
+
+
+def test_models_api_lists_prices_capabilities_and_readiness(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with server.client() as client:
+        listed = {m["model"]["name"]: m for m in client.get("/api/models").json()}
+    assert listed["offline"]["available"] is True
+    assert listed["gpt-4.1"]["available"] is False
+    assert listed["gpt-4.1"]["unavailable_reason"] == "Set OPENAI_API_KEY to use gpt-4.1 (OpenAI)"
+    assert listed["gpt-4.1"]["model"]["input_price"] == 2.0
+    assert listed["o4-mini"]["model"]["capabilities"]["thinking"] == "summary"
+
+
+def test_running_an_agent_whose_key_is_missing_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    with serve(
+        make_settings(tmp_path), agents=[AgentSpec(id="g", model="gemini-2.5-flash")]
+    ) as live:
+        with live.client() as client:
+            response = client.post("/api/agents/g/run/stream", json={"message": "hi"})
+        assert response.status_code == 503
+        assert response.json()["error"] == {
+            "code": "model_unavailable",
+            "message": "Set GEMINI_API_KEY to use gemini-2.5-flash (Google Gemini)",
+            "field": "model",
+        }
+        _, frames = stream_frames(live, "demo", {"message": "hi"})
+        assert frames[-1]["event"] == "complete"
+
+
+def priced_turn(request: ModelRequest) -> list[ModelPart]:
+    return [
+        TextPart("Hi."),
+        UsagePart(Usage(input_tokens=1000, output_tokens=500)),
+        TurnEndPart("end_turn"),
+    ]
+
+
+def test_runs_carry_their_cost_into_the_replay(tmp_path: Path) -> None:
+    """A model the catalog prices (gpt-4.1-mini: $0.40 in, $1.60 out per million)."""
+    model = ScriptedModel("gpt-4.1-mini", priced_turn)
+    agents = [AgentSpec(id="priced", model="gpt-4.1-mini")]
+    with serve(make_settings(tmp_path), models=[model], agents=agents) as live:
+        _, frames = stream_frames(live, "priced", {"message": "hi"})
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+    expected = (1000 * 0.40 + 500 * 1.60) / 1_000_000
+    assert frames[-1]["usage"] == {
+        "input_tokens": 1000,
+        "output_tokens": 500,
+        "total_tokens": 1500,
+        "cost_usd": pytest.approx(expected),
+    }
+    assert run["usage"] == frames[-1]["usage"]
+
+
+def test_models_command_shows_the_registry(server: LiveServer) -> None:
+    from typer.testing import CliRunner
+
+    from agentstream.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        ["models", "--url", server.url, "--key", server.key],
+        env={"COLUMNS": "200", "OPENAI_API_KEY": ""},
+    )
+    assert result.exit_code == 0, result.output
+    assert "claude-sonnet-4-5" in result.output
+    assert "Set OPENAI_API_KEY to use gpt-4.1" in result.output
