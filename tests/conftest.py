@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import threading
+import socket
+import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,6 @@ import anyio
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
@@ -27,10 +27,12 @@ from agentstream.providers.base import (
     ToolCallArgsPart,
     ToolCallEndPart,
     ToolCallStartPart,
+    ToolSpec,
     TurnEndPart,
 )
 from agentstream.server import create_app
 from agentstream.sse import ServerSentEvent, SSEDecoder
+from fakes.server import run_app
 
 
 @dataclass
@@ -51,23 +53,9 @@ class LiveServer:
 def serve(settings: Settings, **app_kwargs: Any) -> Iterator[LiveServer]:
     """Run the app under uvicorn in a thread until the block ends."""
     app = create_app(settings, **app_kwargs)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("The server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    key = settings.demo_key_file.read_text().strip()
-    try:
-        yield LiveServer(url=f"http://127.0.0.1:{port}", key=key, settings=settings)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with run_app(app, name="The server", lifespan="on") as url:
+        key = settings.demo_key_file.read_text().strip()
+        yield LiveServer(url=url, key=key, settings=settings)
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
@@ -108,6 +96,69 @@ def call_wait_then_answer(request: ModelRequest) -> list[ModelPart]:
     ]
 
 
+def wait_until(condition: Callable[[], object], timeout: float = 10) -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def wait_until_up(url: str) -> None:
+    """Wait for a server started in another process to answer."""
+
+    def up() -> bool:
+        try:
+            httpx.get(f"{url}/healthz")
+        except httpx.TransportError:
+            return False
+        return True
+
+    wait_until(up, timeout=20)
+
+
+def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
+    """Poll the run until it has left ``running`` (bounded)."""
+    with live.client() as client:
+        for _ in range(200):
+            run: dict[str, Any] = client.get(f"/api/agents/runs/{run_id}").json()
+            if run["status"] != "running":
+                return run
+            time.sleep(0.025)
+    raise AssertionError(f"run {run_id} still running")
+
+
+def latest_run_id(live: LiveServer, agent_id: str | None = None) -> str:
+    """The newest run in the server's SQLite file, of ``agent_id`` if given."""
+    where, params = ("where agent_id = ?", (agent_id,)) if agent_id else ("", ())
+    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
+        row = db.execute(
+            f"select id from runs {where} order by created_at desc limit 1", params
+        ).fetchone()
+    assert row is not None, f"no run of {agent_id or 'any agent'}"
+    return str(row[0])
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+CALCULATOR = ToolSpec(
+    name="calculator",
+    description="Evaluate an arithmetic expression.",
+    parameters={
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+)
+"""The calculator as the provider tests declare it to a model."""
+
+
 def read_events(response: httpx.Response) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     events: list[ServerSentEvent] = []
@@ -116,16 +167,21 @@ def read_events(response: httpx.Response) -> list[ServerSentEvent]:
     return events
 
 
-def stream_frames(
-    live: LiveServer, agent: str, body: dict[str, Any]
-) -> tuple[list[int], list[dict[str, Any]]]:
-    """POST a run and read its whole stream: the ``id`` of each frame and its JSON."""
+def run_events(live: LiveServer, agent: str, body: dict[str, Any]) -> list[ServerSentEvent]:
+    """POST a run and read its whole stream, event by event."""
     with (
         live.client() as client,
         client.stream("POST", f"/api/agents/{agent}/run/stream", json=body) as response,
     ):
         assert response.status_code == 200, response.read()
-        events = read_events(response)
+        return read_events(response)
+
+
+def stream_frames(
+    live: LiveServer, agent: str, body: dict[str, Any]
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """POST a run and read its whole stream: the ``id`` of each frame and its JSON."""
+    events = run_events(live, agent, body)
     return [int(e.id or 0) for e in events], [e.json() for e in events]
 
 

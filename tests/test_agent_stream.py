@@ -79,6 +79,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             "result": 391,
             "status": "success",
         },
+        {"event": "reasoning_summary", "summary": "Chose to call calculator instead of guessing."},
         {"event": "step_completed", "step": 1},
         {"event": "step_started", "step": 2},
         {
@@ -90,6 +91,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             "text": "I have the tool results now, so I can answer directly from them.",
         },
         {"event": "content_delta", "delta": "The answer is 391."},
+        {"event": "reasoning_summary", "summary": "Answered from the tool results."},
         {"event": "step_completed", "step": 2},
         {
             "event": "complete",

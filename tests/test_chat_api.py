@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,16 @@ import pytest
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
-from conftest import LiveServer, call_wait_then_answer, make_settings, read_events, serve, wait
+from conftest import (
+    LiveServer,
+    call_wait_then_answer,
+    latest_run_id,
+    make_settings,
+    read_events,
+    serve,
+    wait,
+    wait_for_status,
+)
 
 V1 = {"X-Sim-Stream-Protocol": "agent-events-v1"}
 MAIL: list[tuple[str, str]] = []
@@ -163,10 +169,8 @@ def test_conversation_continues_by_id(live: LiveServer) -> None:
 
 def test_authenticated_api_keeps_full_tool_calls(live: LiveServer) -> None:
     chat(live, "your-slug", {"input": "What is 6 * 7?"}, V1)
-    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
-        run_id = db.execute("select id from runs order by created_at desc limit 1").fetchone()[0]
     with live.client() as client:
-        run = client.get(f"/api/agents/runs/{run_id}").json()
+        run = client.get(f"/api/agents/runs/{latest_run_id(live)}").json()
     assert run["tool_calls"][0]["arguments"] == {"expression": "6 * 7"}
     assert run["tool_calls"][0]["result"] == 42
     assert run["content"] == "The answer is 42."
@@ -271,14 +275,7 @@ def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
         for line in response.iter_lines():
             if '"phase":"start"' in line:
                 break
-    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
-        run_id = db.execute("select id from runs where agent_id = 'waiter'").fetchone()[0]
-    with live.client() as api:
-        for _ in range(200):
-            run = api.get(f"/api/agents/runs/{run_id}").json()
-            if run["status"] != "running":
-                break
-            time.sleep(0.025)
+    run = wait_for_status(live, latest_run_id(live, agent_id="waiter"))
     assert run["status"] == "cancelled"
     assert run["error"] == "Client cancelled request"
     assert run["tool_calls"][0]["status"] == "cancelled"

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from conftest import LiveServer, make_settings, serve
+from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -111,14 +109,7 @@ def test_stop_aborts_mid_stream(paced: LiveServer, page: playwright.Page) -> Non
     playwright.expect(page.locator("#status")).to_have_text("Stopped.")
     playwright.expect(page.locator("#send")).to_be_visible()
     assert "word400" not in (answer.text_content() or "")
-    with closing(sqlite3.connect(paced.settings.data_dir / "agentstream.db")) as db:
-        run_id = db.execute("select id from runs order by created_at desc limit 1").fetchone()[0]
-    with paced.client() as client:
-        for _ in range(200):
-            run = client.get(f"/api/agents/runs/{run_id}").json()
-            if run["status"] != "running":
-                break
-            page.wait_for_timeout(25)
+    run = wait_for_status(paced, latest_run_id(paced))
     assert run["input"] == "Write 400 words"
     assert (run["status"], run["error"]) == ("cancelled", "Client cancelled request")
 

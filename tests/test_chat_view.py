@@ -30,7 +30,7 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runlog import RunLog
-from agentstream.runtime.agent import run_agent
+from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool
 from agentstream.views.chat import THINKING_CAP, ChatPolicy, ChatView
@@ -102,13 +102,13 @@ def canonical_events(turns: list[Turn]) -> list[BaseEvent]:
         log.open("run")
         subscription = log.subscribe("run")
         ctx = RunContext("run", log=log, store=_NoStore())  # type: ignore[arg-type]
+        agent = AgentSpec(id="a", max_steps=10)
         answer = await run_agent(
             ctx,
-            AgentSpec(id="a", max_steps=10),
+            agent,
             ScriptedModel("s", script(turns)),
             [Tool.from_function(probe)],
-            history=[],
-            message="go",
+            state=AgentState.begin(agent, [], "go"),
             reasoning=True,
         )
         await ctx.emit(RunCompleted, content=answer.content)

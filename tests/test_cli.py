@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from typer.testing import CliRunner, Result
 from agentstream import cli
 from agentstream.client import Client, parse_frame
 from agentstream.views.native import NativeFrame
-from conftest import LiveServer, make_settings, serve
+from conftest import LiveServer, free_port, make_settings, serve, wait_until
 
 QUESTION = "What is 17 * 23?"
 
@@ -144,13 +142,6 @@ def test_chat_keeps_the_session_and_ctrl_c_cancels(
     assert calls[1]["session_id"] == first.session_id
 
 
-def wait_until(condition: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_keys_create_prints_a_working_key(server: LiveServer) -> None:
     data_dir = str(server.settings.data_dir)
     result = invoke("keys", "create", "ci", "--data-dir", data_dir)
@@ -187,13 +178,6 @@ def test_unknown_agent_and_run_exit_1(server: LiveServer) -> None:
     assert (result.exit_code, result.output) == (1, "Error 404: No agent 'nope'.\n")
     result = invoke(*against(server, "replay", "run_x"))
     assert (result.exit_code, result.output) == (1, "Error 404: No run 'run_x'.\n")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_no_server_says_how_to_start_one() -> None:

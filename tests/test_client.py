@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from agentstream.client import AsyncClient, Client, RunAccumulator, RunResult, parse_frame
 from agentstream.errors import APIConnectionError, APIStatusError, ClientError
 from agentstream.views.native import NativeFrame
-from conftest import LiveServer, make_settings, serve
+from conftest import LiveServer, make_settings, serve, wait_until
 
 QUESTION = "What is 17 * 23?"
 
@@ -43,11 +42,13 @@ EXPECTED_SHAPE = [
     "content_delta",
     "tool_call",
     "tool_result",
+    "reasoning_summary",
     "step_completed",
     "step_started",
     "reasoning_delta",
     "reasoning",
     "content_delta",
+    "reasoning_summary",
     "step_completed",
     "complete",
 ]
@@ -167,7 +168,7 @@ def test_leaving_the_stream_cancels_the_run(tmp_path: Path) -> None:
                 run_id = frame.run_id
             if frame.event == "reasoning_delta":
                 break  # the iterator is dropped: its stream closes
-        wait_for(lambda: client.get_run(run_id)["status"] != "running")
+        wait_until(lambda: client.get_run(run_id)["status"] != "running")
         stored = client.get_run(run_id)
     assert stored["status"] == "cancelled"
 
@@ -185,13 +186,6 @@ def test_cancel_stops_a_live_run(tmp_path: Path) -> None:
         result = accumulator.result()
     assert (result.ok, result.status) == (False, "cancelled")
     assert result.error
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_bad_key_is_a_401_with_the_servers_message(server: LiveServer) -> None:
@@ -257,7 +251,7 @@ def test_api_key_defaults_to_env_then_demo_key_file(
 CANNED = (
     b'id: 1\ndata: {"event":"start","run_id":"run_1","session_id":"ses_1"}\n\n'
     b": keepalive\n\n"
-    b'id: 2\ndata: {"event":"approval_requested","tool_name":"x","tool_input":{}}\n\n'
+    b'id: 2\ndata: {"event":"delegation_start","entity":"x","task":"y"}\n\n'
     b'id: 3\r\ndata: {"event":"content_delta","delta":"Hi"}\r\n\r\n'
     b'id: 4\ndata: {"event":"complete","run_id":"run_1","content":"Hi",'
     b'"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}\n\n'

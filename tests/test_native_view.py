@@ -7,12 +7,15 @@ from typing import Any
 import pytest
 
 from agentstream.events import (
+    ApprovalRequested,
     BaseEvent,
     EventAdapter,
     Reasoning,
     ReasoningDelta,
+    ReasoningSummary,
     RunCompleted,
     RunFailed,
+    RunPaused,
     RunStarted,
     StepCompleted,
     StepStarted,
@@ -35,6 +38,10 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
     (StepStarted(**META, step=1), {"event": "step_started", "step": 1}),
     (ReasoningDelta(**META, step=1, delta="hm"), {"event": "reasoning_delta", "delta": "hm"}),
     (Reasoning(**META, step=1, text="hmm"), {"event": "reasoning", "text": "hmm"}),
+    (
+        ReasoningSummary(**META, step=1, summary="short"),
+        {"event": "reasoning_summary", "summary": "short"},
+    ),
     (TextDelta(**META, step=1, delta="Hi"), {"event": "content_delta", "delta": "Hi"}),
     (TextRetracted(**META, step=1), None),
     (Text(**META, step=1, text="Hi!"), {"event": "chunk", "content": "Hi!"}),
@@ -53,6 +60,16 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
             "status": "success",
         },
     ),
+    (
+        ApprovalRequested(**META, step=1, call_id="c", tool_name="t", tool_input={"x": 1}),
+        {
+            "event": "approval_requested",
+            "tool_call_id": "c",
+            "tool_name": "t",
+            "tool_input": {"x": 1},
+        },
+    ),
+    (RunPaused(**META, awaiting=["c"]), None),
     (StepCompleted(**META, step=1), {"event": "step_completed", "step": 1}),
     (
         RunCompleted(**META, content="Hi!", usage=Usage(input_tokens=3, output_tokens=4)),

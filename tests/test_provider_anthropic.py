@@ -4,7 +4,6 @@ results replayed), every failure as a ProviderError, and whole agent runs throug
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import aclosing, contextmanager
 from pathlib import Path
@@ -32,11 +31,10 @@ from agentstream.providers.base import (
     ToolCallArgsPart,
     ToolCallEndPart,
     ToolCallStartPart,
-    ToolSpec,
     TurnEndPart,
     UsagePart,
 )
-from conftest import LiveServer, make_settings, serve, stream_frames
+from conftest import CALCULATOR, LiveServer, free_port, make_settings, serve, stream_frames
 from fakes.anthropic import (
     FakeAnthropic,
     Reply,
@@ -54,15 +52,6 @@ from fakes.anthropic import (
 API_MODEL = "claude-sonnet-4-5"
 SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
 REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"
-CALCULATOR = ToolSpec(
-    name="calculator",
-    description="Evaluate an arithmetic expression.",
-    parameters={
-        "type": "object",
-        "properties": {"expression": {"type": "string"}},
-        "required": ["expression"],
-    },
-)
 SYSTEM = Message(role="system", content="You are terse.")
 ASK = Message(role="user", content="What is (2 + 3) * 4?")
 
@@ -517,9 +506,7 @@ def test_closing_the_parts_early_closes_the_http_stream() -> None:
 
 
 def test_an_unreachable_api_is_a_connection_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     _, error = stream(f"http://127.0.0.1:{port}", ask())
 
     assert error is not None

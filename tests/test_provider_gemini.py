@@ -5,7 +5,6 @@ real google-genai SDK: exact parts per canned stream, what was sent, errors, and
 from __future__ import annotations
 
 import base64
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -32,12 +31,11 @@ from agentstream.providers.base import (
     ToolCallArgsPart,
     ToolCallEndPart,
     ToolCallStartPart,
-    ToolSpec,
     TurnEndPart,
     UsagePart,
 )
 from agentstream.providers.gemini import GeminiModel
-from conftest import make_settings, serve, stream_frames
+from conftest import CALCULATOR, free_port, make_settings, serve, stream_frames
 from fakes.gemini import (
     FakeGemini,
     Reply,
@@ -54,15 +52,6 @@ from fakes.gemini import (
 API_MODEL = "gemini-2.5-flash"
 SIGNATURE = base64.b64encode(bytes(range(7, 47))).decode()
 """A thought signature as the API sends it: opaque base64."""
-CALCULATOR = ToolSpec(
-    name="calculator",
-    description="Evaluate an arithmetic expression.",
-    parameters={
-        "type": "object",
-        "properties": {"expression": {"type": "string"}},
-        "required": ["expression"],
-    },
-)
 SYSTEM = Message(role="system", content="You are terse.")
 QUESTION = Message(role="user", content="What is 17 * 23?")
 
@@ -552,9 +541,7 @@ def test_transport_failures_on_either_http_backend(backend: ModuleType) -> None:
 
 
 def test_unreachable_server_is_a_connection_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
     _, error = failed_turn(gemini(url), request(QUESTION))
 

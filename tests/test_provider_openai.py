@@ -4,7 +4,6 @@ as a ProviderError, and whole agent runs through our server."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from dataclasses import replace
@@ -25,17 +24,17 @@ from agentstream.providers.base import (
     ModelRequest,
     ProviderStatePart,
     ReasoningPart,
+    ReasoningSummaryPart,
     RequestedToolCall,
     TextPart,
     ToolCallArgsPart,
     ToolCallEndPart,
     ToolCallStartPart,
-    ToolSpec,
     TurnEndPart,
     UsagePart,
 )
 from agentstream.providers.openai import OpenAIChatModel, OpenAIResponsesModel
-from conftest import make_settings, serve, stream_frames
+from conftest import CALCULATOR, free_port, make_settings, serve, stream_frames
 from fakes.openai import (
     FakeOpenAI,
     Reply,
@@ -60,15 +59,6 @@ pytestmark = pytest.mark.anyio
 AnyModel = OpenAIChatModel | OpenAIResponsesModel
 Adapter = type[OpenAIChatModel] | type[OpenAIResponsesModel]
 
-CALCULATOR = ToolSpec(
-    name="calculator",
-    description="Evaluate an arithmetic expression.",
-    parameters={
-        "type": "object",
-        "properties": {"expression": {"type": "string"}},
-        "required": ["expression"],
-    },
-)
 SYSTEM = Message(role="system", content="Be brief.")
 ASK = Message(role="user", content="What is 17 * 23?")
 CALL = RequestedToolCall(id="call_1", name="calculator", arguments={"expression": "17 * 23"})
@@ -372,6 +362,7 @@ async def test_responses_reasoning_summary_then_text(fake: FakeOpenAI, client: A
         ReasoningPart("Then say it."),
         TextPart("391"),
         UsagePart(Usage(input_tokens=20, output_tokens=90)),
+        ReasoningSummaryPart("Multiply 17 by 23.\n\nThen say it."),
         ProviderStatePart({"OpenAI": {"output": [reasoning.item]}}),
         TurnEndPart("end_turn"),
     ]
@@ -400,6 +391,7 @@ async def test_responses_tool_call_replays_reasoning_and_call_items(
         ReasoningPart("I should use the calculator."),
         *CALL_PARTS,
         UsagePart(Usage(input_tokens=50, output_tokens=30)),
+        ReasoningSummaryPart("I should use the calculator."),
         ProviderStatePart({"OpenAI": {"output": [reasoning.item, call.item]}}),
         TurnEndPart("tool_calls"),
     ]
@@ -730,10 +722,7 @@ async def test_closing_early_closes_the_stream(
 
 @BOTH_APIS
 async def test_an_unreachable_server_is_a_connection_error(adapter: Adapter) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     async with AsyncOpenAI(base_url=url, api_key="test-key", max_retries=0, timeout=5) as client:
         parts, error = await collect_until_error(
             adapter("m", client=client, api_model="m-fake"), FIRST_TURN
@@ -770,7 +759,7 @@ def run_frames(
 
 
 def tool_run_frames(
-    start: dict[str, Any], reasoning: str, answer: list[str]
+    start: dict[str, Any], reasoning: str, answer: list[str], summary: str | None = None
 ) -> list[dict[str, Any]]:
     """The native frames of a run that reasons, calls the calculator, then answers."""
     ids = {"run_id": start["run_id"], "session_id": start["session_id"]}
@@ -792,6 +781,7 @@ def tool_run_frames(
             "result": 391,
             "status": "success",
         },
+        *([{"event": "reasoning_summary", "summary": summary}] if summary else []),
         {"event": "step_completed", "step": 1},
         {"event": "step_started", "step": 2},
         *({"event": "content_delta", "delta": piece} for piece in answer),
@@ -853,7 +843,9 @@ def test_responses_agent_run_replays_reasoning(fake: FakeOpenAI, tmp_path: Path)
 
     frames, run = run_frames(fake, tmp_path, model)
 
-    assert frames == tool_run_frames(frames[0], "Use the tool.", ["17 × 23 = ", "391."])
+    assert frames == tool_run_frames(
+        frames[0], "Use the tool.", ["17 × 23 = ", "391."], summary="Use the tool."
+    )
     assert run["status"] == "completed"
     assert fake.bodies[1]["input"][2:] == [
         reasoning.item,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from agentstream.agents import AgentSpec
@@ -34,11 +32,15 @@ from agentstream.sse import SSEDecoder
 from conftest import (
     LiveServer,
     call_wait_then_answer,
+    free_port,
     make_settings,
     read_events,
+    run_events,
     serve,
     stream_frames,
     wait,
+    wait_for_status,
+    wait_until_up,
 )
 
 
@@ -65,17 +67,6 @@ def slow_server(tmp_path: Path) -> Iterator[LiveServer]:
         agents=agents,
     ) as live:
         yield live
-
-
-def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
-    """Poll the run until it has left ``running`` (bounded)."""
-    with live.client() as client:
-        for _ in range(200):
-            run: dict[str, Any] = client.get(f"/api/agents/runs/{run_id}").json()
-            if run["status"] != "running":
-                return run
-            time.sleep(0.025)
-    raise AssertionError(f"run {run_id} still running")
 
 
 def open_until(live: LiveServer, agent: str, event: str) -> str:
@@ -151,11 +142,7 @@ def test_cancel_endpoint_ends_the_stream_with_an_error_frame(slow_server: LiveSe
 
 
 def test_timeout_is_its_own_outcome(slow_server: LiveServer) -> None:
-    with (
-        slow_server.client() as client,
-        client.stream("POST", "/api/agents/hasty/run/stream", json={"message": "go"}) as response,
-    ):
-        frames = [e.json() for e in read_events(response)]
+    _, frames = stream_frames(slow_server, "hasty", {"message": "go"})
 
     assert frames[-1] == {
         "event": "error",
@@ -183,13 +170,7 @@ def test_keepalive_comment_fills_silence(slow_server: LiveServer) -> None:
 
 
 def test_resume_from_last_event_id(server: LiveServer) -> None:
-    with (
-        server.client() as client,
-        client.stream(
-            "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
-        ) as response,
-    ):
-        original = read_events(response)
+    original = run_events(server, "demo", {"message": "What is 3 * 3?"})
     run_id = original[0].json()["run_id"]
     middle = original[len(original) // 2]
 
@@ -206,13 +187,7 @@ def test_resume_from_last_event_id(server: LiveServer) -> None:
 
 def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Path) -> None:
     with serve(make_settings(tmp_path, run_retention_seconds=0)) as live:
-        with (
-            live.client() as client,
-            client.stream(
-                "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
-            ) as response,
-        ):
-            original = read_events(response)
+        original = run_events(live, "demo", {"message": "What is 3 * 3?"})
         run_id = original[0].json()["run_id"]
         wait_for_status(live, run_id)
         with (
@@ -225,13 +200,6 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
         e for e in original if e.json()["event"] not in ("content_delta", "reasoning_delta")
     ]
     assert resumed == [e for e in persisted if int(e.id or 0) > 2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
@@ -257,12 +225,7 @@ def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", program], env=env)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                httpx.get(f"{url}/healthz")
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        wait_until_up(url)
         key = (tmp_path / "demo-key").read_text().strip()
         crashed = LiveServer(url=url, key=key, settings=make_settings(tmp_path))
         with (
@@ -336,13 +299,7 @@ def test_a_store_failure_still_ends_the_stream(
 
 
 def test_reconnecting_event_source_resumes_from_its_header(server: LiveServer) -> None:
-    with (
-        server.client() as client,
-        client.stream(
-            "POST", "/api/agents/demo/run/stream", json={"message": "What is 3 * 3?"}
-        ) as response,
-    ):
-        original = read_events(response)
+    original = run_events(server, "demo", {"message": "What is 3 * 3?"})
     run_id = original[0].json()["run_id"]
     last = original[-1].id or ""
     url = f"/api/agents/runs/{run_id}/stream?after=0"

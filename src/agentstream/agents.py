@@ -30,6 +30,7 @@ class AgentUpdate(BaseModel):
     instructions: str | None = Field(default=None, max_length=100_000)
     tools: list[str] | None = None
     model_settings: dict[str, Any] | None = None
+    approval_required: list[str] | None = None
     reasoning: bool | None = None
     max_steps: int | None = Field(default=None, ge=1, le=100)
     timeout_seconds: float | None = Field(default=None, gt=0, le=86_400)
@@ -50,6 +51,8 @@ class AgentSpec(BaseModel):
     """Names of registered tools the agent may call."""
     model_settings: dict[str, Any] = Field(default_factory=dict)
     """Options for the provider, e.g. ``max_tokens`` or ``thinking_budget``."""
+    approval_required: list[str] = Field(default_factory=list)
+    """Tools whose calls wait for a person to approve them (``POST .../approve``)."""
     reasoning: bool = False
     """Request the model's reasoning by default; a run request may override it."""
     max_steps: int = Field(default=8, ge=1, le=100)

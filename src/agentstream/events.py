@@ -13,13 +13,16 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, TypeAdapter
 
 __all__ = [
+    "ApprovalRequested",
     "BaseEvent",
     "Event",
     "EventAdapter",
     "Reasoning",
     "ReasoningDelta",
+    "ReasoningSummary",
     "RunCompleted",
     "RunFailed",
+    "RunPaused",
     "RunStarted",
     "StepCompleted",
     "StepStarted",
@@ -117,6 +120,15 @@ class Reasoning(_StepScoped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningSummary(_StepScoped):
+    """The model's own summary of the step's reasoning, at the end of the step."""
+
+    type: Literal["reasoning_summary"] = "reasoning_summary"
+    summary: str
+    """The summary, whole."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta(_StepScoped):
     """A piece of answer text, live; provisional until the turn settles."""
 
@@ -172,6 +184,29 @@ class ToolResult(_StepScoped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested(_StepScoped):
+    """A tool call waits for a person to approve or deny it; the run pauses after these."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    """The ``ToolCall`` to decide on."""
+    tool_name: str
+    """The tool the model wants to call."""
+    tool_input: dict[str, Any]
+    """The arguments it would be called with."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunPaused(BaseEvent):
+    """The run stopped to wait for approvals; it continues, with the same seqs, once they
+    are decided."""
+
+    type: Literal["run_paused"] = "run_paused"
+    awaiting: list[str]
+    """The call ids waiting for a decision."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(_StepScoped):
     """The model turn and all its tool calls have settled."""
 
@@ -205,11 +240,14 @@ Event = Annotated[
     | StepStarted
     | ReasoningDelta
     | Reasoning
+    | ReasoningSummary
     | TextDelta
     | TextRetracted
     | Text
     | ToolCall
     | ToolResult
+    | ApprovalRequested
+    | RunPaused
     | StepCompleted
     | RunCompleted
     | RunFailed,

@@ -16,9 +16,11 @@ __all__ = ["RunLog", "Subscription"]
 
 
 class _RunStream:
-    __slots__ = ("closed", "events", "subscribers")
+    __slots__ = ("base", "closed", "events", "subscribers")
 
-    def __init__(self) -> None:
+    def __init__(self, base: int) -> None:
+        self.base = base
+        """The seq before this stream's first event: 0, or where a paused run left off."""
         self.events: list[BaseEvent] = []
         self.closed = False
         self.subscribers: set[Subscription] = set()
@@ -33,8 +35,10 @@ class Subscription:
 
     def __init__(self, stream: _RunStream, after: int) -> None:
         self._stream = stream
-        self._cursor = _index_after(stream.events, after)
+        self._cursor = min(max(after - stream.base, 0), len(stream.events))
         self.wake = asyncio.Event()
+        self.starts_after = stream.base
+        """Events up to this seq are not in the log (a continued run's earlier part)."""
 
     @property
     def finished(self) -> bool:
@@ -70,8 +74,9 @@ class RunLog:
         self._runs: dict[str, _RunStream] = {}
         self._retention = retention
 
-    def open(self, run_id: str) -> None:
-        self._runs[run_id] = _RunStream()
+    def open(self, run_id: str, *, after: int = 0) -> None:
+        """A (new) live stream for the run, whose first event will follow seq ``after``."""
+        self._runs[run_id] = _RunStream(after)
 
     def append(self, event: BaseEvent) -> None:
         stream = self._runs[event.run_id]
@@ -94,8 +99,3 @@ class RunLog:
         subscription = Subscription(stream, after)
         stream.subscribers.add(subscription)
         return subscription
-
-
-def _index_after(events: list[BaseEvent], after: int) -> int:
-    """Seqs are 1, 2, 3... so the first event after ``after`` sits at that index."""
-    return min(max(after, 0), len(events))

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+
+from fakes.server import CannedStream, Ending, run_app
 
 __all__ = [
     "FakeAnthropic",
@@ -32,8 +31,6 @@ __all__ = [
     "tool_use_block",
     "turn",
 ]
-
-Ending = Literal["complete", "cut", "hold"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,29 +135,6 @@ def error_reply(
     return Reply(status=status, error=body, headers=headers or {})
 
 
-class _SSEResponse(Response):
-    """Streams a 200 reply frame by frame, ending it the way the reply says."""
-
-    def __init__(self, reply: Reply, disconnected: threading.Event) -> None:
-        super().__init__(media_type="text/event-stream", headers=dict(reply.headers))
-        # Streamed, so without the "content-length: 0" Response sets for an empty body.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self.reply = reply
-        self.disconnected = disconnected
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        for chunk in self.reply.frames:
-            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
-        if self.reply.ending == "complete":
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        elif self.reply.ending == "hold":
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            self.disconnected.set()
-        # "cut": returning mid-body makes uvicorn drop the connection (its error log is off).
-
-
 class FakeAnthropic:
     """The fake API's state: the replies still to give and the request bodies received."""
 
@@ -182,33 +156,21 @@ class FakeAnthropic:
         reply = self.replies.pop(0)
         if reply.status != 200:
             return JSONResponse(reply.error, status_code=reply.status, headers=dict(reply.headers))
-        return _SSEResponse(reply, self.disconnected)
+        return CannedStream(
+            (piece.encode() for piece in reply.frames),
+            ending=reply.ending,
+            disconnected=self.disconnected,
+            headers=reply.headers,
+            media_type="text/event-stream",
+        )
 
 
 @contextmanager
 def run_fake(*replies: Reply) -> Iterator[FakeAnthropic]:
     """Serve a fake with these replies on 127.0.0.1 until the block ends."""
     fake = FakeAnthropic(replies)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            fake.app,
-            host="127.0.0.1",
-            port=0,
-            log_level="critical",
-            lifespan="off",
-            timeout_graceful_shutdown=5,
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("The fake Anthropic API did not start")
-        time.sleep(0.01)
-    fake.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
+    with run_app(
+        fake.app, name="The fake Anthropic API", log_level="critical", timeout_graceful_shutdown=5
+    ) as url:
+        fake.url = url
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(10)

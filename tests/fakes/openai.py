@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
+
+from fakes.server import CannedStream, run_app
 
 __all__ = [
     "FakeOpenAI",
@@ -293,7 +292,7 @@ class FakeOpenAI:
         self.base_url = ""
         """Where the API is served (``http://127.0.0.1:<port>/v1``), once ``serve`` runs."""
         self.disconnected = threading.Event()
-        """Set when a client hung up before its stream ended."""
+        """Set when a client hung up on a stalled reply."""
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._answer, methods=["POST"]),
@@ -308,40 +307,20 @@ class FakeOpenAI:
     async def _answer(self, request: Request) -> Response:
         self.received.append((request.url.path, await request.json()))
         reply = self.script.popleft()
-        return StreamingResponse(self._send(reply), status_code=reply.status, headers=reply.headers)
-
-    async def _send(self, reply: Reply) -> AsyncIterator[bytes]:
-        ended = False
-        try:
-            for chunk in reply.chunks:
-                yield chunk
-            if reply.stalls:
-                await anyio.sleep_forever()
-            ended = True
-        finally:
-            if not ended:
-                self.disconnected.set()
+        return CannedStream(
+            reply.chunks,
+            ending="hold" if reply.stalls else "complete",
+            disconnected=self.disconnected,
+            status_code=reply.status,
+            headers=reply.headers,
+        )
 
     @contextmanager
     def serve(self) -> Iterator[str]:
         """Serve on an ephemeral port until the block ends; yields the base URL (``.../v1``)."""
-        server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("The fake OpenAI server did not start")
-            time.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        try:
+        with run_app(self.app, name="The fake OpenAI server") as url:
+            self.base_url = f"{url}/v1"
             yield self.base_url
-        finally:
-            server.should_exit = True
-            thread.join(10)
 
 
 def _summary(text: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ __all__ = [
     "ModelRequest",
     "ProviderStatePart",
     "ReasoningPart",
+    "ReasoningSummaryPart",
     "RequestedToolCall",
     "TextPart",
     "ToolCallArgsPart",
@@ -86,6 +87,13 @@ class ReasoningPart:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningSummaryPart:
+    """The provider's summary of this turn's reasoning, whole."""
+
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStartPart:
     id: str
     name: str
@@ -123,6 +131,7 @@ class TurnEndPart:
 ModelPart = (
     TextPart
     | ReasoningPart
+    | ReasoningSummaryPart
     | ToolCallStartPart
     | ToolCallArgsPart
     | ToolCallEndPart
@@ -137,7 +146,8 @@ class Model(Protocol):
 
     The parts of a turn: any number of ``ReasoningPart`` / ``TextPart`` / tool-call parts
     (each call: ``ToolCallStartPart``, ``ToolCallArgsPart``..., ``ToolCallEndPart``), then
-    ``UsagePart`` and optionally ``ProviderStatePart``, and last ``TurnEndPart``. Failures
+    ``UsagePart`` and optionally ``ReasoningSummaryPart`` and ``ProviderStatePart``, and
+    last ``TurnEndPart``. Failures
     raise ``ProviderError``.
     """
 

@@ -19,6 +19,7 @@ from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
     ReasoningPart,
+    ReasoningSummaryPart,
     TextPart,
     ToolCallArgsPart,
     ToolCallEndPart,
@@ -89,6 +90,8 @@ class OfflineModel:
 
         prompt_tokens = sum(len(tokens(m.content)) for m in request.messages)
         yield UsagePart(Usage(input_tokens=prompt_tokens, output_tokens=emitted))
+        if request.reasoning:
+            yield ReasoningSummaryPart(_summary(calls, results))
         yield TurnEndPart("tool_calls" if calls else "end_turn")
 
     async def _pace(self, emitted: int) -> None:
@@ -138,6 +141,16 @@ def _reasoning(
         plan = "; ".join(f"{name} with {json.dumps(args)}" for name, args in calls)
         return f"The user asks: {question!r}. I should not guess, so I will call {plan}."
     return f"The user says: {question!r}. No tool is needed; I will answer directly."
+
+
+def _summary(
+    calls: Sequence[tuple[str, dict[str, str]]], results: Sequence[tuple[str, str]]
+) -> str:
+    if calls:
+        return "Chose to call " + " and ".join(name for name, _ in calls) + " instead of guessing."
+    if results:
+        return "Answered from the tool results."
+    return "Answered directly; no tool needed."
 
 
 def _answer(question: str, earlier: Sequence[str], results: Sequence[tuple[str, str]]) -> str:

@@ -50,6 +50,7 @@ from agentstream.providers.base import (
     ModelRequest,
     ProviderStatePart,
     ReasoningPart,
+    ReasoningSummaryPart,
     RequestedToolCall,
     StopReason,
     TextPart,
@@ -330,6 +331,7 @@ class OpenAIResponsesModel(_OpenAIModel):
         output: list[dict[str, Any]] = []
         """The reasoning and function-call items to replay next turn, as the API sent them."""
         reasoned = False
+        summary: list[str] = []
         final: ResponseCompletedEvent | ResponseIncompleteEvent | None = None
         async for event in events:
             match event:
@@ -339,8 +341,11 @@ class OpenAIResponsesModel(_OpenAIModel):
                     if reasoning:
                         reasoned = True
                         yield ReasoningPart(event.delta)
+                        if isinstance(event, ResponseReasoningSummaryTextDeltaEvent):
+                            summary.append(event.delta)
                 case ResponseReasoningSummaryPartAddedEvent() if reasoned:
                     yield ReasoningPart("\n\n")
+                    summary.append("\n\n")
                 case ResponseOutputItemAddedEvent(item=ResponseFunctionToolCall() as item):
                     call = calls[item.id or item.call_id] = _Call(item.call_id, item.name)
                     yield ToolCallStartPart(call.id, call.name)
@@ -373,6 +378,8 @@ class OpenAIResponsesModel(_OpenAIModel):
             if usage
             else Usage()
         )
+        if summary:
+            yield ReasoningSummaryPart("".join(summary))
         if output:
             yield ProviderStatePart({self.provider: {"output": output}})
         yield TurnEndPart(self._stop_reason(final, bool(calls)))

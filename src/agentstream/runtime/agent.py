@@ -7,18 +7,21 @@ enters the answer, the memory or the store.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from pydantic import TypeAdapter
 
 from agentstream.agents import AgentSpec
 from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
+    ApprovalRequested,
     Reasoning,
     ReasoningDelta,
+    ReasoningSummary,
     StepCompleted,
     StepStarted,
     Text,
@@ -33,6 +36,7 @@ from agentstream.providers.base import (
     ModelRequest,
     ProviderStatePart,
     ReasoningPart,
+    ReasoningSummaryPart,
     RequestedToolCall,
     TextPart,
     ToolCallArgsPart,
@@ -45,7 +49,15 @@ from agentstream.providers.base import (
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool, ToolOutcome
 
-__all__ = ["AgentAnswer", "run_agent"]
+__all__ = [
+    "AgentAnswer",
+    "AgentState",
+    "AgentStateAdapter",
+    "AwaitingApproval",
+    "Decision",
+    "PendingTurn",
+    "run_agent",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +74,57 @@ class _Turn:
     calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """Tool calls in the order started: name and argument pieces by call id."""
     reasoning_emitted: bool = False
+    summary: str | None = None
     provider_state: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class PendingTurn:
+    """A turn whose tool calls wait for a person's decision."""
+
+    step: int
+    assistant: Message
+    """The assistant message that made the calls (with its provider state)."""
+    calls: list[tuple[RequestedToolCall, str | None]]
+    """Each call, and why its arguments are unusable if they are."""
+    summary: str | None = None
+
+
+@dataclass(slots=True)
+class AgentState:
+    """Where an agent run stands: enough to continue it later, in another process even."""
+
+    messages: list[Message]
+    memory: list[Message]
+    """What this run adds to its session: the user message, tool exchanges, the answer."""
+    step: int = 1
+    pending: PendingTurn | None = None
+
+    @classmethod
+    def begin(cls, agent: AgentSpec, history: Sequence[Message], message: str) -> AgentState:
+        user = Message(role="user", content=message)
+        system = Message(role="system", content=agent.instructions)
+        return cls(messages=[system, *history, user], memory=[user])
+
+
+AgentStateAdapter: TypeAdapter[AgentState] = TypeAdapter(AgentState)
+"""Stores a paused run's state as JSON and reads it back."""
+
+
+class AwaitingApproval(Exception):
+    """Not an error: the run stops here until every call in ``asked`` has a decision."""
+
+    def __init__(self, state: AgentState, asked: list[RequestedToolCall]) -> None:
+        super().__init__("awaiting approval")
+        self.state = state
+        self.asked = asked
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    approved: bool
+    decided_by: str
+    reason: str | None = None
 
 
 async def run_agent(
@@ -71,62 +133,78 @@ async def run_agent(
     model: Model,
     tools: Sequence[Tool],
     *,
-    history: Sequence[Message],
-    message: str,
+    state: AgentState,
     reasoning: bool,
+    decisions: Mapping[str, Decision] | None = None,
 ) -> AgentAnswer:
+    """Run (or, with ``decisions`` for the pending calls, continue) the agent to an answer.
+
+    Raises ``AwaitingApproval`` when the model calls a tool that needs a person's approval.
+    """
     by_name = {tool.name: tool for tool in tools}
+    gated = set(agent.approval_required) | {t.name for t in tools if t.requires_approval}
     specs = [
         ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools
     ]
-    user = Message(role="user", content=message)
-    messages = [Message(role="system", content=agent.instructions), *history, user]
-    memory = [user]
 
-    for step in range(1, agent.max_steps + 1):
-        await ctx.emit(StepStarted, step=step)
-        request = ModelRequest(
-            messages=tuple(messages),
-            tools=specs,
-            reasoning=reasoning,
-            settings=agent.model_settings,
-        )
-        turn = await _model_turn(ctx, step, model, request)
-        text = "".join(turn.text)
-
-        if not turn.calls:
-            await ctx.emit(Text, step=step, text=text)
-            await ctx.emit(StepCompleted, step=step)
-            memory.append(
-                Message(role="assistant", content=text, provider_state=turn.provider_state)
+    while state.step <= agent.max_steps:
+        step = state.step
+        pending = state.pending
+        if pending is None:
+            await ctx.emit(StepStarted, step=step)
+            request = ModelRequest(
+                messages=tuple(state.messages),
+                tools=specs,
+                reasoning=reasoning,
+                settings=agent.model_settings,
             )
-            return AgentAnswer(content=text, memory=memory)
-
-        if text:
-            await ctx.emit(TextRetracted, step=step)
-        calls = [
-            _parse_call(call_id, name, pieces) for call_id, (name, pieces) in turn.calls.items()
-        ]
-        exchange = [
-            Message(
+            turn = await _model_turn(ctx, step, model, request)
+            text = "".join(turn.text)
+            if not turn.calls:
+                await ctx.emit(Text, step=step, text=text)
+                await _end_step(ctx, step, turn.summary)
+                answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
+                return AgentAnswer(content=text, memory=[*state.memory, answer])
+            if text:
+                await ctx.emit(TextRetracted, step=step)
+            calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
+            assistant = Message(
                 role="assistant",
                 tool_calls=tuple(call for call, _ in calls),
                 provider_state=turn.provider_state,
             )
-        ]
-        for call, _ in calls:
-            await ctx.emit(
-                ToolCall, step=step, call_id=call.id, tool_name=call.name, arguments=call.arguments
-            )
+            pending = PendingTurn(step, assistant, calls, turn.summary)
+            for call, _ in calls:
+                await ctx.emit(
+                    ToolCall,
+                    step=step,
+                    call_id=call.id,
+                    tool_name=call.name,
+                    arguments=call.arguments,
+                )
+            if asked := [call for call, _ in calls if call.name in gated]:
+                state.pending = pending
+                for call in asked:
+                    await ctx.emit(
+                        ApprovalRequested,
+                        step=step,
+                        call_id=call.id,
+                        tool_name=call.name,
+                        tool_input=call.arguments,
+                    )
+                raise AwaitingApproval(state, asked)
+        for call, _ in pending.calls:
             ctx.open_tool_calls[call.id] = (step, call.name)
-        outcomes = await _call_tools(ctx, step, by_name, calls)
-        exchange += [
+        outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
+        exchange = [pending.assistant] + [
             Message(role="tool", content=_for_model(outcome), tool_call_id=call.id)
-            for (call, _), outcome in zip(calls, outcomes, strict=True)
+            for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
         ]
-        messages += exchange
-        memory += exchange
-        await ctx.emit(StepCompleted, step=step)
+        state.messages += exchange
+        state.memory += exchange
+        state.pending = None
+        state.step += 1
+        await _end_step(ctx, step, pending.summary)
 
     raise MaxStepsExceeded(
         f"The agent reached its limit of {agent.max_steps} steps without an answer"
@@ -156,10 +234,18 @@ async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRe
                     ctx.count(usage)
                 case ProviderStatePart(state):
                     turn.provider_state = state
+                case ReasoningSummaryPart(summary):
+                    turn.summary = summary
                 case ToolCallEndPart() | TurnEndPart():
                     pass
     await _settle_reasoning(ctx, step, turn)
     return turn
+
+
+async def _end_step(ctx: RunContext, step: int, summary: str | None) -> None:
+    if summary:
+        await ctx.emit(ReasoningSummary, step=step, summary=summary)
+    await ctx.emit(StepCompleted, step=step)
 
 
 async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:
@@ -188,6 +274,7 @@ async def _call_tools(
     step: int,
     tools: dict[str, Tool],
     calls: Sequence[tuple[RequestedToolCall, str | None]],
+    decisions: Mapping[str, Decision],
 ) -> list[ToolOutcome]:
     """Run the turn's tool calls concurrently; each result is emitted as it settles."""
     outcomes: list[ToolOutcome] = [ToolOutcome() for _ in calls]
@@ -195,6 +282,11 @@ async def _call_tools(
     async def call_one(index: int, call: RequestedToolCall, error: str | None) -> None:
         if error is None and call.name not in tools:
             error = f"Unknown tool {call.name!r}; available: {', '.join(sorted(tools)) or 'none'}"
+        decision = decisions.get(call.id)
+        if error is None and decision is not None and not decision.approved:
+            error = f"{decision.decided_by} denied this call" + (
+                f": {decision.reason}" if decision.reason else ""
+            )
         outcome = ToolOutcome(error=error) if error else await tools[call.name].call(call.arguments)
         outcomes[index] = outcome
         await ctx.emit(

@@ -21,16 +21,24 @@ class RunContext:
     """What the runtime needs of the outside world while a run executes."""
 
     def __init__(
-        self, run_id: str, *, log: RunLog, store: Store, pricing: ModelInfo | None = None
+        self,
+        run_id: str,
+        *,
+        log: RunLog,
+        store: Store,
+        pricing: ModelInfo | None = None,
+        seq: int = 0,
+        usage: Usage | None = None,
     ) -> None:
+        """``seq`` and ``usage`` are where a continued (once paused) run left off."""
         self.run_id = run_id
         self.pricing = pricing
-        self.usage = pricing.priced(Usage()) if pricing else Usage()
+        self.usage = usage or (pricing.priced(Usage()) if pricing else Usage())
         self.open_tool_calls: dict[str, tuple[int, str]] = {}
         """Tool calls announced but not settled: (step, tool name) by call id."""
         self._log = log
         self._store = store
-        self._seq = 0
+        self._seq = seq
 
     def count(self, usage: Usage) -> None:
         """Add a turn's usage to the run's, priced at the model's rates."""

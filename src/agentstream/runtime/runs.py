@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Self
@@ -23,13 +24,22 @@ from agentstream.events import (
     FailureStatus,
     RunCompleted,
     RunFailed,
+    RunPaused,
     RunStarted,
     ToolResult,
+    Usage,
 )
-from agentstream.providers.base import Message, Model
+from agentstream.providers.base import Model
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runlog import RunLog
-from agentstream.runtime.agent import AgentAnswer, run_agent
+from agentstream.runtime.agent import (
+    AgentAnswer,
+    AgentState,
+    AgentStateAdapter,
+    AwaitingApproval,
+    Decision,
+    run_agent,
+)
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
@@ -39,7 +49,7 @@ __all__ = ["RunManager", "StartedRun"]
 
 logger = logging.getLogger(__name__)
 
-RunStatus = Literal["completed"] | FailureStatus
+RunStatus = Literal["completed", "awaiting_approval"] | FailureStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +128,15 @@ class RunManager:
             raise Conflict(
                 f"Session {session_id!r} already has a run in progress", field="session_id"
             )
-        model = self.models.get(spec.model)
-        pricing = self.models.info(spec.model)
-        tools = self.tools.select(spec.tools)
         reasoning = spec.reasoning if reasoning is None else reasoning
+        model = self.models.get(spec.model)  # raises now if it cannot run here
+        if await self.store.session_paused(session_id):
+            raise Conflict(
+                f"Session {session_id!r} has a run waiting for approval: decide on it first",
+                field="session_id",
+            )
 
-        live = self._by_session[session_id] = _LiveRun(session_id=session_id)
+        self._by_session[session_id] = _LiveRun(session_id=session_id)
         try:
             history = [] if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
@@ -138,17 +151,77 @@ class RunManager:
         except BaseException:
             del self._by_session[session_id]
             raise
-        self.log.open(run_id)
+        state = AgentState.begin(spec, history, message)
+        self._launch(run_id, session_id, spec, model, reasoning, state, started=False)
+        return StartedRun(run_id=run_id, session_id=session_id)
+
+    async def resume(self, run_id: str) -> bool:
+        """Continue a paused run once every approval it waits for is decided. False if some
+        are still pending, or another request already continued it."""
+        approvals = await self.store.approvals(run_id)
+        if any(a.decision == "pending" for a in approvals):
+            return False
+        paused = await self.store.claim_paused_run(run_id)
+        if paused is None:
+            return False
+        spec = AgentSpec.model_validate(paused.state["agent"])
+        decisions = {
+            a.call_id: Decision(a.decision == "approved", a.decided_by or "someone", a.reason)
+            for a in approvals
+        }
+        self._by_session[paused.session_id] = _LiveRun(session_id=paused.session_id)
+        self._launch(
+            run_id,
+            paused.session_id,
+            spec,
+            self.models.get(spec.model),
+            paused.state["reasoning"],
+            AgentStateAdapter.validate_python(paused.state["loop"]),
+            started=True,
+            seq=paused.last_seq,
+            usage=paused.usage,
+            decisions=decisions,
+        )
+        return True
+
+    def _launch(
+        self,
+        run_id: str,
+        session_id: str,
+        spec: AgentSpec,
+        model: Model,
+        reasoning: bool,
+        state: AgentState,
+        *,
+        started: bool,
+        seq: int = 0,
+        usage: Usage | None = None,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> None:
+        """Run (or continue) the agent as a task of its own, under the execution timeout."""
+        assert self._group is not None
+        live = self._by_session[session_id]
+        tools = self.tools.select(spec.tools)
+        ctx = RunContext(
+            run_id,
+            log=self.log,
+            store=self.store,
+            pricing=self.models.info(spec.model),
+            seq=seq,
+            usage=usage,
+        )
+        self.log.open(run_id, after=seq)
         self._live[run_id] = live
 
         async def execute() -> None:
-            ctx = RunContext(run_id, log=self.log, store=self.store, pricing=pricing)
             outcome = _Outcome("interrupted", "The server stopped during the run")
             try:
                 with live.scope:
                     with anyio.move_on_after(spec.timeout_seconds) as deadline:
+                        if not started:
+                            await ctx.emit(RunStarted, agent_id=spec.id, session_id=session_id)
                         outcome = await self._execute(
-                            ctx, spec, model, tools, session_id, history, message, reasoning
+                            ctx, spec, model, tools, state, reasoning, decisions
                         )
                     if deadline.cancelled_caught:
                         outcome = _Outcome(
@@ -156,14 +229,16 @@ class RunManager:
                         )
                 if live.scope.cancelled_caught:
                     outcome = _Outcome("cancelled", live.cancel_reason or "Run cancelled")
+            except Exception as exc:  # the start event could not be saved
+                logger.exception("Run %s failed", run_id)
+                outcome = _Outcome("error", _internal(run_id), detail=repr(exc))
             finally:
                 with anyio.CancelScope(shield=True):
-                    await self._finish(ctx, outcome)
+                    await self._finish(ctx, outcome, spec, reasoning)
                     del self._live[run_id], self._by_session[session_id]
                     live.done.set()
 
         self._group.start_soon(execute, name=run_id)
-        return StartedRun(run_id=run_id, session_id=session_id)
 
     def check_agent(self, spec: AgentSpec) -> None:
         """Refuse an agent whose model or tools this server does not have."""
@@ -175,6 +250,10 @@ class RunManager:
         if unknown := [name for name in spec.tools if name not in self.tools]:
             available = ", ".join(self.tools.names())
             raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
+
+    def session_busy(self, session_id: str) -> bool:
+        """A run of this session is going (in this process)."""
+        return session_id in self._by_session
 
     def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
         """Stop a live run. Returns the event set once it has ended, or None if the run is
@@ -200,10 +279,9 @@ class RunManager:
         spec: AgentSpec,
         model: Model,
         tools: list[Tool],
-        session_id: str,
-        history: list[Message],
-        message: str,
+        state: AgentState,
         reasoning: bool,
+        decisions: Mapping[str, Decision] | None,
     ) -> _Outcome:
         """Run the agent; every exception becomes an outcome, none escapes to the task group.
 
@@ -211,25 +289,24 @@ class RunManager:
         watching); the details go to the log and the run's record.
         """
         try:
-            await ctx.emit(RunStarted, agent_id=spec.id, session_id=session_id)
             answer = await run_agent(
-                ctx, spec, model, tools, history=history, message=message, reasoning=reasoning
+                ctx, spec, model, tools, state=state, reasoning=reasoning, decisions=decisions
             )
+        except AwaitingApproval as pause:
+            return _Outcome("awaiting_approval", paused=pause)
         except RunError as exc:
             return _Outcome("error", str(exc))
         except Exception as exc:
             logger.exception("Run %s failed", ctx.run_id)
-            return _Outcome(
-                "error",
-                f"Internal error; the server log has the details of run {ctx.run_id}",
-                detail=f"{type(exc).__name__}: {exc}",
-            )
+            return _Outcome("error", _internal(ctx.run_id), detail=f"{type(exc).__name__}: {exc}")
         return _Outcome("completed", answer=answer)
 
-    async def _finish(self, ctx: RunContext, outcome: _Outcome) -> None:
-        """End the run truthfully: settle open tool calls, then record the outcome with its
-        last event in one transaction and publish that event. Viewers always get a last
-        event, even when the store fails."""
+    async def _finish(
+        self, ctx: RunContext, outcome: _Outcome, spec: AgentSpec, reasoning: bool
+    ) -> None:
+        """End the run (or this part of it) truthfully: settle open tool calls, then record
+        the outcome with its last event in one transaction and publish that event. Viewers
+        always get a last event, even when the store fails."""
         try:
             for call_id, (step, name) in list(ctx.open_tool_calls.items()):
                 await ctx.emit(
@@ -237,10 +314,27 @@ class RunManager:
                 )
             answer = outcome.answer
             last: BaseEvent
+            if outcome.paused is not None:
+                asked = outcome.paused.asked
+                last = ctx.stamp(RunPaused, awaiting=[call.id for call in asked])
+                await self.store.pause_run(
+                    ctx.run_id,
+                    state={
+                        "agent": spec.model_dump(mode="json"),
+                        "reasoning": reasoning,
+                        "loop": AgentStateAdapter.dump_python(outcome.paused.state, mode="json"),
+                    },
+                    usage=ctx.usage,
+                    approvals=[(call.id, call.name, call.arguments) for call in asked],
+                    last_event=last,
+                )
+                ctx.publish(last)
+                self.log.close(ctx.run_id)
+                return
             if answer is not None:
                 last = ctx.stamp(RunCompleted, content=answer.content, usage=ctx.usage)
             else:
-                assert outcome.status != "completed"
+                assert outcome.status not in ("completed", "awaiting_approval")
                 last = ctx.stamp(RunFailed, status=outcome.status, message=outcome.message)
             await self.store.finish_run(
                 ctx.run_id,
@@ -270,3 +364,8 @@ class _Outcome:
     detail: str | None = None
     """What the run's record says, if more than the message (authenticated readers only)."""
     answer: AgentAnswer | None = None
+    paused: AwaitingApproval | None = None
+
+
+def _internal(run_id: str) -> str:
+    return f"Internal error; the server log has the details of run {run_id}"

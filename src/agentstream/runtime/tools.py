@@ -59,6 +59,7 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        requires_approval: bool = False,
     ) -> None:
         tool_name = name if name is not None else getattr(fn, "__name__", None)
         if tool_name is None:
@@ -70,6 +71,8 @@ class Tool:
         doc = inspect.getdoc(fn) or ""
         self.name = tool_name
         self.description = description if description is not None else _summary(doc)
+        self.requires_approval = requires_approval
+        """Every call waits for a person's approval before it runs."""
         self._fn = fn
         # An object whose class defines `async def __call__` is async too.
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
@@ -85,13 +88,14 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        requires_approval: bool = False,
     ) -> Tool:
         """Build a tool from `fn`: name, description and parameter schema come from the function.
 
         Raises TypeError for *args/**kwargs, missing annotations or types pydantic cannot
         describe, and ValueError for a name providers would reject.
         """
-        return cls(fn, name=name, description=description)
+        return cls(fn, name=name, description=description, requires_approval=requires_approval)
 
     @property
     def fn(self) -> Callable[..., Any]:
@@ -156,7 +160,12 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    fn: None = None, /, *, name: str | None = None, description: str | None = None
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -166,15 +175,16 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Decorator form: @tool or @tool(name=...) returns a Tool."""
-    if fn is not None:
-        return Tool.from_function(fn, name=name, description=description)
+    """Decorator form: @tool or @tool(name=..., requires_approval=True) returns a Tool."""
 
     def decorate(func: Callable[..., Any]) -> Tool:
-        return Tool.from_function(func, name=name, description=description)
+        return Tool.from_function(
+            func, name=name, description=description, requires_approval=requires_approval
+        )
 
-    return decorate
+    return decorate(fn) if fn is not None else decorate
 
 
 class ToolRegistry:

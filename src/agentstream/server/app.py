@@ -32,6 +32,7 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.models import router as models_router
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
+from agentstream.server.sessions import router as sessions_router
 from agentstream.store import Store
 
 __all__ = ["create_app"]
@@ -103,6 +104,7 @@ def create_app(
     app.include_router(agents_router)
     app.include_router(deployments_router)
     app.include_router(models_router)
+    app.include_router(sessions_router)
     app.include_router(chat_router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 

@@ -26,11 +26,14 @@ async def require_api_key(
     svc: Annotated[Services, Depends(services)],
     apikey: Annotated[str | None, Header(include_in_schema=False)] = None,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> None:
+) -> str:
+    """The caller's key name (who did it, for the record); 401 without a valid key."""
     key = api_key_of(apikey, authorization)
-    if key is None or not await svc.store.is_api_key(key):
+    name = None if key is None else await svc.store.api_key_name(key)
+    if name is None:
         raise HTTPException(
             401,
             "Missing or invalid API key: send it as 'apikey: KEY' or 'Authorization: Bearer KEY'",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return name

@@ -7,14 +7,15 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound
-from agentstream.events import Reasoning, ToolCall, ToolResult
+from agentstream.events import BaseEvent, Reasoning, ToolCall, ToolResult
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import encode_events, event_chunks, native
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
+from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
 __all__ = ["router"]
@@ -49,6 +50,8 @@ class RunOut(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     duration_ms: int | None
+    approvals: list[ApprovalOut]
+    """Tool calls that waited for a person, with who decided what and when."""
     events: list[dict[str, Any]]
     """The persisted events in order, as streamed (with their ``seq``): no token deltas."""
 
@@ -91,7 +94,104 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
         duration_ms=None
         if finished is None
         else round((finished - run.created_at).total_seconds() * 1000),
+        approvals=_approvals_out(await svc.store.approvals(run_id)),
         events=[{"seq": e.seq, **shown} for e in events if (shown := frame(e)) is not None],
+    )
+
+
+class DecisionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call_id: str = Field(max_length=100)
+    """The call to decide on, from its ``approval_requested`` frame."""
+    reason: str | None = Field(default=None, max_length=2_000)
+    """Shown to the model with a denial."""
+
+
+class ApprovalOut(BaseModel):
+    tool_call_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    decision: str
+    """pending, approved or denied."""
+    reason: str | None
+    decided_by: str | None
+    """The name of the API key that decided."""
+    requested_at: datetime
+    decided_at: datetime | None
+
+
+class DecisionOut(BaseModel):
+    run_id: str
+    status: str
+    """``running`` once every approval is decided (subscribe to ``/stream`` to follow it)."""
+    approvals: list[ApprovalOut]
+
+
+def _approvals_out(records: list[ApprovalRecord]) -> list[ApprovalOut]:
+    return [
+        ApprovalOut(
+            tool_call_id=a.call_id,
+            tool_name=a.tool_name,
+            tool_input=a.tool_input,
+            decision=a.decision,
+            reason=a.reason,
+            decided_by=a.decided_by,
+            requested_at=a.requested_at,
+            decided_at=a.decided_at,
+        )
+        for a in records
+    ]
+
+
+Caller = Annotated[str, Depends(require_api_key)]
+
+
+@router.post("/{run_id}/approve")
+async def approve(run_id: str, body: DecisionIn, svc: Svc, caller: Caller) -> DecisionOut:
+    """Let the model's call run. The run continues once every pending call is decided."""
+    return await _decide(svc, run_id, body, approved=True, caller=caller)
+
+
+@router.post("/{run_id}/deny")
+async def deny(run_id: str, body: DecisionIn, svc: Svc, caller: Caller) -> DecisionOut:
+    """Refuse the model's call; the model is told so (with ``reason``) and carries on."""
+    return await _decide(svc, run_id, body, approved=False, caller=caller)
+
+
+async def _decide(
+    svc: Services, run_id: str, body: DecisionIn, *, approved: bool, caller: str
+) -> DecisionOut:
+    run = await svc.store.get_run(run_id)
+    if run is None:
+        raise NotFound(f"No run {run_id!r}", field="run_id")
+    if run.status != "awaiting_approval":
+        raise Conflict(
+            f"Run {run_id!r} is not waiting for approval (status: {run.status})", field="run_id"
+        )
+    asked = {a.call_id: a for a in await svc.store.approvals(run_id)}
+    if body.tool_call_id not in asked:
+        raise NotFound(
+            f"Run {run_id!r} has no approval for tool call {body.tool_call_id!r}",
+            field="tool_call_id",
+        )
+    if not await svc.store.decide(
+        run_id, body.tool_call_id, approved=approved, reason=body.reason, decided_by=caller
+    ):
+        decided = await svc.store.approvals(run_id)
+        earlier = next(a for a in decided if a.call_id == body.tool_call_id)
+        raise Conflict(
+            f"Tool call {body.tool_call_id!r} was already {earlier.decision} "
+            f"by {earlier.decided_by}",
+            field="tool_call_id",
+        )
+    await svc.runs.resume(run_id)
+    current = await svc.store.get_run(run_id)
+    assert current is not None
+    return DecisionOut(
+        run_id=run_id,
+        status=current.status,
+        approvals=_approvals_out(await svc.store.approvals(run_id)),
     )
 
 
@@ -130,24 +230,32 @@ async def resume_stream(
     stop reconnecting.
     """
     start = max(after or 0, last_event_id or 0)
-    if run_id in svc.runs.log:
-        subscription = svc.runs.log.subscribe(run_id, after=start)
-        if subscription.finished:
-            subscription.close()
-            return Response(status_code=204)
-        return EventStreamResponse(
-            event_chunks(subscription, native),
-            keepalive=svc.settings.keepalive_seconds,
-            on_disconnect=subscription.close,
-        )
-    if await svc.store.get_run(run_id) is None:
-        raise NotFound(f"No run {run_id!r}", field="run_id")
-    stored = [e for e in await svc.store.run_events(run_id) if e.seq > start]
-    if not stored:
+    live = svc.runs.log.subscribe(run_id, after=start) if run_id in svc.runs.log else None
+    earlier: list[BaseEvent] = []
+    """Persisted events the live log does not hold (a finished or continued run's)."""
+    if live is None or start < live.starts_after:
+        if await svc.store.get_run(run_id) is None:
+            raise NotFound(f"No run {run_id!r}", field="run_id")
+        until = live.starts_after if live is not None else None
+        earlier = [
+            e
+            for e in await svc.store.run_events(run_id)
+            if e.seq > start and (until is None or e.seq <= until)
+        ]
+    if not earlier and (live is None or live.finished):
+        if live is not None:
+            live.close()
         return Response(status_code=204)
-    pending = [encode_events(stored, native)]
+    pending = [encode_events(earlier, native)] if earlier else []
+    follow = event_chunks(live, native) if live is not None else None
 
     async def next_chunk() -> bytes | None:
-        return pending.pop() if pending else None
+        if pending:
+            return pending.pop()
+        return await follow() if follow is not None else None
 
-    return EventStreamResponse(next_chunk, keepalive=svc.settings.keepalive_seconds)
+    return EventStreamResponse(
+        next_chunk,
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=live.close if live is not None else None,
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, delete, event, select, update
+from sqlalchemy import Connection, delete, event, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -28,6 +28,7 @@ from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
+    ApprovalRow,
     DeploymentRow,
     MessageRow,
     RunEventRow,
@@ -35,7 +36,7 @@ from agentstream.store.tables import (
     SessionRow,
 )
 
-__all__ = ["RunRecord", "Store", "StoredAgent", "StoredDeployment"]
+__all__ = ["ApprovalRecord", "PausedRun", "RunRecord", "Store", "StoredAgent", "StoredDeployment"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -68,6 +69,30 @@ class StoredDeployment:
     agent: StoredAgent
     """The agent snapshot this deployment serves (its times are the deployment's)."""
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    run_id: str
+    call_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    decision: str
+    """pending, approved or denied."""
+    reason: str | None
+    decided_by: str | None
+    requested_at: datetime
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PausedRun:
+    """A paused run just claimed for continuing: what it saved, and where its seqs stand."""
+
+    state: dict[str, Any]
+    usage: Usage
+    last_seq: int
+    session_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +143,13 @@ class Store:
             db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=_now()))
         return key
 
-    async def is_api_key(self, key: str) -> bool:
+    async def api_key_name(self, key: str) -> str | None:
+        """The name the key was created with, or None if it is not a key of this server."""
         async with self._session() as db:
-            found = await db.scalar(select(ApiKeyRow.id).where(ApiKeyRow.digest == _digest(key)))
-        return found is not None
+            return await db.scalar(select(ApiKeyRow.name).where(ApiKeyRow.digest == _digest(key)))
+
+    async def is_api_key(self, key: str) -> bool:
+        return await self.api_key_name(key) is not None
 
     # Agents
 
@@ -195,6 +223,26 @@ class Store:
         async with self._session() as db:
             return await db.scalar(select(SessionRow.agent_id).where(SessionRow.id == session_id))
 
+    async def session_created_at(self, session_id: str) -> datetime | None:
+        async with self._session() as db:
+            found = await db.scalar(
+                select(SessionRow.created_at).where(SessionRow.id == session_id)
+            )
+        return None if found is None else _utc(found)
+
+    async def session_runs(self, session_id: str) -> list[RunRecord]:
+        async with self._session() as db:
+            rows = await db.scalars(
+                select(RunRow).where(RunRow.session_id == session_id).order_by(RunRow.created_at)
+            )
+            return [_run_record(row) for row in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        """The session with its messages, runs, their events and approvals."""
+        async with self._session.begin() as db:
+            result = await db.execute(delete(SessionRow).where(SessionRow.id == session_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
     async def history(self, session_id: str) -> list[Message]:
         async with self._session() as db:
             rows = await db.scalars(
@@ -257,6 +305,7 @@ class Store:
             run.input_tokens = usage.input_tokens
             run.output_tokens = usage.output_tokens
             run.cost_usd = usage.cost_usd
+            run.paused_state = None
             run.finished_at = _now()
             db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
 
@@ -273,6 +322,101 @@ class Store:
                 .order_by(RunEventRow.seq)
             )
             return [EventAdapter.validate_python(payload) for payload in rows]
+
+    # Approvals
+
+    async def pause_run(
+        self,
+        run_id: str,
+        *,
+        state: dict[str, Any],
+        usage: Usage,
+        approvals: Sequence[tuple[str, str, dict[str, Any]]],
+        last_event: BaseEvent,
+    ) -> None:
+        """Save what the run needs to continue and the approvals it waits for: all or nothing."""
+        now = _now()
+        async with self._session.begin() as db:
+            db.add(_event_row(last_event))
+            run = await db.get_one(RunRow, run_id)
+            run.status = "awaiting_approval"
+            run.paused_state = state
+            run.input_tokens, run.output_tokens = usage.input_tokens, usage.output_tokens
+            run.cost_usd = usage.cost_usd
+            db.add_all(
+                ApprovalRow(
+                    run_id=run_id,
+                    call_id=call_id,
+                    tool_name=name,
+                    tool_input=tool_input,
+                    decision="pending",
+                    requested_at=now,
+                )
+                for call_id, name, tool_input in approvals
+            )
+
+    async def approvals(self, run_id: str) -> list[ApprovalRecord]:
+        async with self._session() as db:
+            rows = await db.scalars(
+                select(ApprovalRow)
+                .where(ApprovalRow.run_id == run_id)
+                .order_by(ApprovalRow.requested_at, ApprovalRow.call_id)
+            )
+            return [_approval(row) for row in rows]
+
+    async def decide(
+        self, run_id: str, call_id: str, *, approved: bool, reason: str | None, decided_by: str
+    ) -> bool:
+        """Record a decision on a pending approval; False if it was not pending (any more)."""
+        async with self._session.begin() as db:
+            result = await db.execute(
+                update(ApprovalRow)
+                .where(
+                    ApprovalRow.run_id == run_id,
+                    ApprovalRow.call_id == call_id,
+                    ApprovalRow.decision == "pending",
+                )
+                .values(
+                    decision="approved" if approved else "denied",
+                    reason=reason,
+                    decided_by=decided_by,
+                    decided_at=_now(),
+                )
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def claim_paused_run(self, run_id: str) -> PausedRun | None:
+        """Move a paused run back to ``running`` for whoever continues it; None if someone
+        else did (or it is not paused)."""
+        async with self._session.begin() as db:
+            result = await db.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
+                .values(status="running")
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return None
+            run = await db.get_one(RunRow, run_id)
+            last_seq = await db.scalar(
+                select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
+            )
+            assert run.paused_state is not None
+            return PausedRun(
+                state=run.paused_state,
+                usage=_run_record(run).usage,
+                last_seq=last_seq or 0,
+                session_id=run.session_id,
+            )
+
+    async def session_paused(self, session_id: str) -> bool:
+        """Whether the session has a run waiting for approval (it takes no new message)."""
+        async with self._session() as db:
+            found = await db.scalar(
+                select(RunRow.id).where(
+                    RunRow.session_id == session_id, RunRow.status == "awaiting_approval"
+                )
+            )
+        return found is not None
 
     async def interrupt_unfinished_runs(self) -> int:
         """Runs left ``running`` by a crash can never finish: say so."""
@@ -349,6 +493,20 @@ def _run_record(row: RunRow) -> RunRecord:
         reasoning_requested=row.reasoning_requested,
         created_at=_utc(row.created_at),
         finished_at=None if row.finished_at is None else _utc(row.finished_at),
+    )
+
+
+def _approval(row: ApprovalRow) -> ApprovalRecord:
+    return ApprovalRecord(
+        run_id=row.run_id,
+        call_id=row.call_id,
+        tool_name=row.tool_name,
+        tool_input=row.tool_input,
+        decision=row.decision,
+        reason=row.reason,
+        decided_by=row.decided_by,
+        requested_at=_utc(row.requested_at),
+        decided_at=None if row.decided_at is None else _utc(row.decided_at),
     )
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "AgentRow",
     "ApiKeyRow",
+    "ApprovalRow",
     "Base",
     "DeploymentRow",
     "MessageRow",
@@ -87,6 +88,8 @@ class RunRow(Base):
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cost_usd: Mapped[float | None] = mapped_column(Float)
+    paused_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """While awaiting approval: what the run needs to continue (agent, messages, step)."""
     reasoning_requested: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -117,3 +120,20 @@ class DeploymentRow(Base):
     agent_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ApprovalRow(Base):
+    """A tool call that waited for a person's decision, and the decision."""
+
+    __tablename__ = "approvals"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    tool_name: Mapped[str] = mapped_column(String(100))
+    tool_input: Mapped[dict[str, Any]] = mapped_column()
+    decision: Mapped[str] = mapped_column(String(10))
+    """pending, approved or denied."""
+    reason: Mapped[str | None] = mapped_column(Text)
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentstream.events import (
+    ApprovalRequested,
     BaseEvent,
     Reasoning,
     ReasoningDelta,
+    ReasoningSummary,
     RunCompleted,
     RunFailed,
+    RunPaused,
     RunStarted,
     StepCompleted,
     StepStarted,
@@ -146,14 +149,23 @@ class ChatView:
                 return [{"event": "final", "data": data}]
             case RunFailed(message=message):
                 return [{"event": "error", "error": self._shown(message)}]
+            case RunPaused():
+                data = {
+                    "success": False,
+                    "error": "The answer is waiting for an approval",
+                    "conversationId": self.conversation_id,
+                }
+                return [{"event": "final", "data": data}]
             case (
                 TextDelta()
                 | TextRetracted()
                 | Text()
                 | ReasoningDelta()
                 | Reasoning()
+                | ReasoningSummary()
                 | RunStarted()
                 | StepCompleted()
+                | ApprovalRequested()
             ):
                 pass
             case _:

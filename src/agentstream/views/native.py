@@ -12,11 +12,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agentstream.events import (
+    ApprovalRequested,
     BaseEvent,
     Reasoning,
     ReasoningDelta,
+    ReasoningSummary,
     RunCompleted,
     RunFailed,
+    RunPaused,
     RunStarted,
     StepCompleted,
     StepStarted,
@@ -53,6 +56,8 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
             return {"event": "step_started", "step": step}
         case Reasoning(text=text):
             return {"event": "reasoning", "text": text}
+        case ReasoningSummary(summary=summary):
+            return {"event": "reasoning_summary", "summary": summary}
         case Text(step=1, text=text):
             # spec: "chunk" is the terminal assembled text of a single-turn generation;
             # after tool calls the answer arrives in "complete".
@@ -74,6 +79,15 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
                 "result": result,
                 "status": status,
             }
+        case ApprovalRequested(call_id=call_id, tool_name=name, tool_input=tool_input):
+            return {
+                "event": "approval_requested",
+                "tool_call_id": call_id,
+                "tool_name": name,
+                "tool_input": tool_input,
+            }
+        case RunPaused():
+            return None  # approval_requested said it; the stream then ends until approved
         case StepCompleted(step=step):
             return {"event": "step_completed", "step": step}
         case RunCompleted(run_id=run_id, content=content, usage=usage):
@@ -119,6 +133,11 @@ class ReasoningFrame(_Frame):
     text: str
 
 
+class ReasoningSummaryFrame(_Frame):
+    event: Literal["reasoning_summary"]
+    summary: str
+
+
 class ChunkFrame(_Frame):
     event: Literal["chunk"]
     content: str
@@ -137,6 +156,13 @@ class ToolResultFrame(_Frame):
     tool_name: str
     result: Any
     status: Literal["success", "error", "cancelled"]
+
+
+class ApprovalRequestedFrame(_Frame):
+    event: Literal["approval_requested"]
+    tool_call_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
 
 
 class StepCompletedFrame(_Frame):
@@ -171,9 +197,11 @@ NativeFrame = Annotated[
     | ContentDeltaFrame
     | ReasoningDeltaFrame
     | ReasoningFrame
+    | ReasoningSummaryFrame
     | ChunkFrame
     | ToolCallFrame
     | ToolResultFrame
+    | ApprovalRequestedFrame
     | StepCompletedFrame
     | CompleteFrame
     | ErrorFrame,

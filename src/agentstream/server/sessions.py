@@ -1,0 +1,99 @@
+"""Conversations: a session's runs and memory, and forgetting it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel
+
+from agentstream.errors import Conflict, NotFound
+from agentstream.server.auth import require_api_key
+from agentstream.server.services import Services, services
+from agentstream.views.native import UsageJSON, usage_json
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/api/sessions", tags=["sessions"], dependencies=[Depends(require_api_key)]
+)
+Svc = Annotated[Services, Depends(services)]
+
+
+class SessionRun(BaseModel):
+    id: str
+    status: str
+    input: str
+    content: str | None
+    error: str | None
+    usage: UsageJSON
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class MemoryMessage(BaseModel):
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str | None
+
+
+class SessionOut(BaseModel):
+    id: str
+    agent_id: str
+    created_at: datetime
+    runs: list[SessionRun]
+    messages: list[MemoryMessage]
+    """What the model remembers: user messages, tool exchanges, final answers (no preamble)."""
+
+
+@router.get("/{session_id}")
+async def get_session(session_id: str, svc: Svc) -> SessionOut:
+    agent_id = await svc.store.session_agent(session_id)
+    created_at = await svc.store.session_created_at(session_id)
+    if agent_id is None or created_at is None:
+        raise NotFound(f"No session {session_id!r}", field="session_id")
+    runs = await svc.store.session_runs(session_id)
+    memory = await svc.store.history(session_id)
+    return SessionOut(
+        id=session_id,
+        agent_id=agent_id,
+        created_at=created_at,
+        runs=[
+            SessionRun(
+                id=r.id,
+                status=r.status,
+                input=r.input,
+                content=r.content,
+                error=r.error,
+                usage=UsageJSON(**usage_json(r.usage)),
+                created_at=r.created_at,
+                finished_at=r.finished_at,
+            )
+            for r in runs
+        ],
+        messages=[
+            MemoryMessage(
+                role=m.role,
+                content=m.content,
+                tool_call_id=m.tool_call_id,
+                tool_calls=[
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                ],
+            )
+            for m in memory
+        ],
+    )
+
+
+@router.delete("/{session_id}", status_code=204)
+async def delete_session(session_id: str, svc: Svc) -> Response:
+    """Forget the conversation: its memory, runs, their events and approvals."""
+    if svc.runs.session_busy(session_id):
+        raise Conflict(
+            f"Session {session_id!r} has a run in progress: cancel it first", field="session_id"
+        )
+    if not await svc.store.delete_session(session_id):
+        raise NotFound(f"No session {session_id!r}", field="session_id")
+    return Response(status_code=204)
