@@ -16,7 +16,7 @@ from typing import Any
 from bench.loopback import Timing, post_stream, server_process
 
 TOKENS = 10_000
-REPEATS = 5
+REPEATS = 9
 
 
 def dechunk(body: bytes) -> bytes:
@@ -33,21 +33,24 @@ def dechunk(body: bytes) -> bytes:
 
 
 def measure() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as data_dir:
-        with server_process("agentstream", data_dir) as port:
-            key = (Path(data_dir) / "demo-key").read_text().strip()
-            request = {"message": f"Write {TOKENS} words", "reasoning": False}
+    """Both servers up at once, requests alternating between them, so that drift in the
+    machine's load hits both alike."""
+    with tempfile.TemporaryDirectory() as data_dir, server_process("agentstream", data_dir) as port:
+        key = (Path(data_dir) / "demo-key").read_text().strip()
+        request = {"message": f"Write {TOKENS} words", "reasoning": False}
 
-            def ours() -> Timing:
-                return post_stream(port, "/api/agents/demo/run/stream", request, {"apikey": key})
+        def ours() -> Timing:
+            return post_stream(port, "/api/agents/demo/run/stream", request, {"apikey": key})
 
-            ours()  # warm-up: imports, first DB connections
-            runs = [ours() for _ in range(REPEATS)]
         frames_file = Path(data_dir) / "frames.sse"
-        frames_file.write_bytes(dechunk(runs[-1].body))
-        with server_process("baseline", str(frames_file)) as port:
-            post_stream(port, "/stream", {}, {})
-            baseline = [post_stream(port, "/stream", {}, {}) for _ in range(REPEATS)]
+        frames_file.write_bytes(dechunk(ours().body))  # also the warm-up
+        with server_process("baseline", str(frames_file)) as base_port:
+            post_stream(base_port, "/stream", {}, {})
+            runs: list[Timing] = []
+            baseline: list[Timing] = []
+            for _ in range(REPEATS):
+                runs.append(ours())
+                baseline.append(post_stream(base_port, "/stream", {}, {}))
 
     deltas = len(re.findall(rb'"event":"content_delta"', dechunk(runs[-1].body)))
     assert deltas == TOKENS, f"expected {TOKENS} content_delta frames, got {deltas}"

@@ -8,6 +8,7 @@ outcome once, whatever happened.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class RunManager:
             )
         reasoning = spec.reasoning if reasoning is None else reasoning
         model = self.models.get(spec.model)  # raises now if it cannot run here
-        if await self.store.session_paused(session_id):
+        if not new_session and await self.store.session_paused(session_id):
             raise Conflict(
                 f"Session {session_id!r} has a run waiting for approval: decide on it first",
                 field="session_id",
@@ -140,6 +141,9 @@ class RunManager:
         try:
             history = [] if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
+            started = RunStarted(
+                run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id
+            )
             await self.store.create_run(
                 run_id=run_id,
                 agent=agent,
@@ -147,12 +151,13 @@ class RunManager:
                 new_session=new_session,
                 input=message,
                 reasoning_requested=reasoning,
+                first_event=started,
             )
         except BaseException:
             del self._by_session[session_id]
             raise
         state = AgentState.begin(spec, history, message)
-        self._launch(run_id, session_id, spec, model, reasoning, state, started=False)
+        self._launch(run_id, session_id, spec, model, reasoning, state, seq=0, first=started)
         return StartedRun(run_id=run_id, session_id=session_id)
 
     async def resume(self, run_id: str) -> bool:
@@ -177,7 +182,6 @@ class RunManager:
             self.models.get(spec.model),
             paused.state["reasoning"],
             AgentStateAdapter.validate_python(paused.state["loop"]),
-            started=True,
             seq=paused.last_seq,
             usage=paused.usage,
             decisions=decisions,
@@ -193,12 +197,13 @@ class RunManager:
         reasoning: bool,
         state: AgentState,
         *,
-        started: bool,
-        seq: int = 0,
+        seq: int,
+        first: BaseEvent | None = None,
         usage: Usage | None = None,
         decisions: Mapping[str, Decision] | None = None,
     ) -> None:
-        """Run (or continue) the agent as a task of its own, under the execution timeout."""
+        """Run (or continue after ``seq``) the agent as a task of its own, under the execution
+        timeout. ``first``, already stored, is published before anything else."""
         assert self._group is not None
         live = self._by_session[session_id]
         tools = self.tools.select(spec.tools)
@@ -207,10 +212,12 @@ class RunManager:
             log=self.log,
             store=self.store,
             pricing=self.models.info(spec.model),
-            seq=seq,
+            seq=seq + (first is not None),
             usage=usage,
         )
         self.log.open(run_id, after=seq)
+        if first is not None:
+            ctx.publish(first)
         self._live[run_id] = live
 
         async def execute() -> None:
@@ -218,8 +225,6 @@ class RunManager:
             try:
                 with live.scope:
                     with anyio.move_on_after(spec.timeout_seconds) as deadline:
-                        if not started:
-                            await ctx.emit(RunStarted, agent_id=spec.id, session_id=session_id)
                         outcome = await self._execute(
                             ctx, spec, model, tools, state, reasoning, decisions
                         )

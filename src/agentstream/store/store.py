@@ -261,7 +261,10 @@ class Store:
         new_session: bool,
         input: str,
         reasoning_requested: bool,
+        first_event: BaseEvent,
     ) -> None:
+        """The run, its first event (and its new session): one transaction, one round trip
+        before a viewer's first byte."""
         async with self._session.begin() as db:
             if new_session:
                 db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=_now()))
@@ -278,6 +281,8 @@ class Store:
                     created_at=_now(),
                 )
             )
+            await db.flush()
+            db.add(_event_row(first_event))
 
     async def append_event(self, event: BaseEvent) -> None:
         async with self._session.begin() as db:
