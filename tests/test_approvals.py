@@ -186,3 +186,35 @@ def test_a_paused_run_survives_a_server_restart(tmp_path: Path) -> None:
         client.post(f"/api/agents/runs/{run_id}/approve", json={"tool_call_id": call_id})
         rest = follow(second, run_id, after=ids[-1])
     assert rest[-1]["content"] == "The answer is 42."
+
+
+def test_a_paused_run_can_be_cancelled(live: LiveServer) -> None:
+    ids, frames = pause(live)
+    run_id, session_id = frames[0]["run_id"], frames[0]["session_id"]
+    with live.client() as client:
+        cancelled = client.post(f"/api/agents/runs/{run_id}/cancel")
+        run = client.get(f"/api/agents/runs/{run_id}").json()
+        reconnect = client.get(
+            f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(ids[-1])}
+        )
+    assert cancelled.json() == {"run_id": run_id, "status": "cancelled"}
+    assert run["approvals"][0]["decision"] == "cancelled"
+    assert run["events"][-1] == {
+        "seq": run["events"][-1]["seq"],
+        "event": "error",
+        "message": "Run cancelled",
+        "status": "cancelled",
+    }
+    assert reconnect.status_code == 200
+    _, after = stream_frames(live, "guarded", {"message": "hi", "session_id": session_id})
+    assert after[-1]["event"] == "complete", "the session takes messages again"
+
+
+def test_reconnecting_to_a_paused_run_gets_204(live: LiveServer) -> None:
+    ids, frames = pause(live)
+    with live.client() as client:
+        response = client.get(
+            f"/api/agents/runs/{frames[0]['run_id']}/stream",
+            headers={"Last-Event-ID": str(ids[-1])},
+        )
+    assert response.status_code == 204

@@ -33,7 +33,7 @@ from agentstream.runlog import RunLog
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool
-from agentstream.views.chat import THINKING_CAP, ChatPolicy, ChatView
+from agentstream.views.chat import PUBLIC_ERRORS, THINKING_CAP, ChatPolicy, ChatView
 
 
 @dataclass(frozen=True)
@@ -239,10 +239,8 @@ def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
     frames = [frame for event in [*events, failed] for frame in view.frames(event)]
     wire = [json.dumps(frame) for frame in frames]
 
-    assert frames[-1] == {
-        "event": "error",
-        "error": policy.redact("stopped") if policy.redact else "stopped",
-    }
+    said = PUBLIC_ERRORS.get(status, "stopped")
+    assert frames[-1] == {"event": "error", "error": policy.redact(said) if policy.redact else said}
     assert not any(f.get("event") == "final" for f in frames)
     assert not any("ARG" in f or "RES" in f for f in wire)
     if not (policy.protocol_v1 and policy.include_thinking):

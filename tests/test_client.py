@@ -154,7 +154,7 @@ async def test_async_resume_and_cancel_errors(server: LiveServer) -> None:
         with pytest.raises(APIStatusError) as info:
             await client.acancel(result.run_id or "")
     assert info.value.status_code == 409
-    assert "not running" in info.value.message
+    assert "has ended" in info.value.message
 
 
 def test_leaving_the_stream_cancels_the_run(tmp_path: Path) -> None:

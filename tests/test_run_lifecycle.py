@@ -344,3 +344,21 @@ def test_timeout_does_not_wait_for_a_blocked_sync_tool(tmp_path: Path) -> None:
         "result": None,
         "status": "cancelled",
     }
+
+
+def test_concurrent_messages_on_one_session_get_one_run(server: LiveServer) -> None:
+    import concurrent.futures
+
+    _, first = stream_frames(server, "demo", {"message": "hi"})
+    body = {"message": "Write 300 words", "session_id": first[0]["session_id"]}
+
+    def post() -> int:
+        with server.client() as client:
+            return client.post("/api/agents/demo/run/stream", json=body).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(lambda _: post(), range(8)))
+    assert statuses.count(200) >= 1
+    assert set(statuses) <= {200, 409}, statuses
+    _, later = stream_frames(server, "demo", {"message": "hi"})
+    assert later[-1]["event"] == "complete", "the server still runs runs"

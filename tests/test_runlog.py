@@ -57,8 +57,8 @@ async def test_next_batch_returns_everything_pending_at_once() -> None:
     batch: list[BaseEvent] = await subscription.next_batch()
     assert [e.seq for e in batch] == [1, 2, 3]
     log.close("r")
+    assert subscription.ended
     assert await subscription.next_batch() == []
-    assert subscription.finished
 
 
 async def test_cancelled_wait_loses_nothing() -> None:
@@ -80,3 +80,15 @@ async def test_closed_log_is_dropped_after_retention() -> None:
     assert "r" not in log
     with pytest.raises(KeyError):
         log.subscribe("r")
+
+
+async def test_a_reopened_run_outlives_the_old_streams_retention() -> None:
+    """A run continued after a pause gets a new stream; the paused one's timer spares it."""
+    log = RunLog(retention=0.01)
+    log.open("r")
+    log.close("r")
+    log.open("r", after=5)
+    await anyio.sleep(0.05)
+    assert "r" in log
+    log.append(step(6))
+    assert [e.seq for e in await log.subscribe("r", after=5).next_batch()] == [6]

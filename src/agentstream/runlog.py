@@ -41,12 +41,13 @@ class Subscription:
         """Events up to this seq are not in the log (a continued run's earlier part)."""
 
     @property
-    def finished(self) -> bool:
-        """True once the run has ended and every event has been read."""
-        return self._stream.closed and self._cursor >= len(self._stream.events)
+    def ended(self) -> bool:
+        """The run's live part is over: what is left to read is all there is."""
+        return self._stream.closed
 
     async def next_batch(self) -> list[BaseEvent]:
-        """Every event not yet read, waiting for at least one; ``[]`` once finished.
+        """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
+        and everything was read.
 
         Safe to cancel: nothing is consumed until the wait is over.
         """
@@ -88,7 +89,12 @@ class RunLog:
         stream = self._runs[run_id]
         stream.closed = True
         stream.notify()
-        asyncio.get_running_loop().call_later(self._retention, self._runs.pop, run_id, None)
+        asyncio.get_running_loop().call_later(self._retention, self._drop, run_id, stream)
+
+    def _drop(self, run_id: str, stream: _RunStream) -> None:
+        # Only this stream: a run continued after a pause has a new one under the same id.
+        if self._runs.get(run_id) is stream:
+            del self._runs[run_id]
 
     def __contains__(self, run_id: object) -> bool:
         return run_id in self._runs

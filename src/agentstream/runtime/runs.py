@@ -124,11 +124,6 @@ class RunManager:
                 raise NotFound(
                     f"No session {session_id!r} for agent {spec.id!r}", field="session_id"
                 )
-        await self._after_cancelled_run(session_id)
-        if session_id in self._by_session:
-            raise Conflict(
-                f"Session {session_id!r} already has a run in progress", field="session_id"
-            )
         reasoning = spec.reasoning if reasoning is None else reasoning
         model = self.models.get(spec.model)  # raises now if it cannot run here
         if not new_session and await self.store.session_paused(session_id):
@@ -136,8 +131,13 @@ class RunManager:
                 f"Session {session_id!r} has a run waiting for approval: decide on it first",
                 field="session_id",
             )
-
-        self._by_session[session_id] = _LiveRun(session_id=session_id)
+        await self._after_cancelled_run(session_id)
+        # No await between this check and the claim: two requests cannot both pass.
+        if session_id in self._by_session:
+            raise Conflict(
+                f"Session {session_id!r} already has a run in progress", field="session_id"
+            )
+        live = self._by_session[session_id] = _LiveRun(session_id=session_id)
         try:
             history = [] if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
@@ -154,7 +154,7 @@ class RunManager:
                 first_event=started,
             )
         except BaseException:
-            del self._by_session[session_id]
+            self._release(session_id, live)
             raise
         state = AgentState.begin(spec, history, message)
         self._launch(run_id, session_id, spec, model, reasoning, state, seq=0, first=started)
@@ -162,14 +162,25 @@ class RunManager:
 
     async def resume(self, run_id: str) -> bool:
         """Continue a paused run once every approval it waits for is decided. False if some
-        are still pending, or another request already continued it."""
+        are still pending, or another request already continued it. Everything that could
+        stop it from running is checked before it is claimed, so a refusal leaves it paused."""
+        if self._group is None:
+            raise RuntimeError("RunManager is not running")
         approvals = await self.store.approvals(run_id)
         if any(a.decision == "pending" for a in approvals):
             return False
+        saved = await self.store.paused_state(run_id)
+        if saved is None:
+            return False
+        spec = AgentSpec.model_validate(saved["agent"])
+        self.check_agent(spec)
+        model = self.models.get(spec.model)
+        if (previous := self._live.get(run_id)) is not None:  # the pausing task, finishing up
+            with anyio.move_on_after(10):
+                await previous.done.wait()
         paused = await self.store.claim_paused_run(run_id)
         if paused is None:
             return False
-        spec = AgentSpec.model_validate(paused.state["agent"])
         decisions = {
             a.call_id: Decision(a.decision == "approved", a.decided_by or "someone", a.reason)
             for a in approvals
@@ -179,14 +190,38 @@ class RunManager:
             run_id,
             paused.session_id,
             spec,
-            self.models.get(spec.model),
-            paused.state["reasoning"],
-            AgentStateAdapter.validate_python(paused.state["loop"]),
+            model,
+            saved["reasoning"],
+            AgentStateAdapter.validate_python(saved["loop"]),
             seq=paused.last_seq,
             usage=paused.usage,
             decisions=decisions,
         )
         return True
+
+    async def cancel_paused(self, run_id: str) -> bool:
+        """Cancel a run that waits for approval (it has no task to cancel)."""
+        last = RunFailed(
+            run_id=run_id,
+            seq=await self.store.last_seq(run_id) + 1,
+            ts=time.time(),
+            status="cancelled",
+            message="Run cancelled",
+        )
+        return await self.store.cancel_paused_run(run_id, last)
+
+    async def resume_decided(self) -> None:
+        """At start-up: continue paused runs whose approvals were all decided before a
+        crash cut in."""
+        for run_id in await self.store.decided_paused_runs():
+            try:
+                await self.resume(run_id)
+            except Exception:
+                logger.exception("Could not continue run %s", run_id)
+
+    def _release(self, session_id: str, live: _LiveRun) -> None:
+        if self._by_session.get(session_id) is live:
+            del self._by_session[session_id]
 
     def _launch(
         self,
@@ -240,7 +275,9 @@ class RunManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._finish(ctx, outcome, spec, reasoning)
-                    del self._live[run_id], self._by_session[session_id]
+                    if self._live.get(run_id) is live:
+                        del self._live[run_id]
+                    self._release(session_id, live)
                     live.done.set()
 
         self._group.start_soon(execute, name=run_id)
@@ -352,11 +389,12 @@ class RunManager:
             )
         except Exception:
             logger.exception("Could not record the end of run %s", ctx.run_id)
-            last = ctx.stamp(
-                RunFailed,
-                status="error",
-                message=f"The run's outcome could not be saved; see the server log ({ctx.run_id})",
-            )
+            message = f"The run's outcome could not be saved; see the server log ({ctx.run_id})"
+            last = ctx.stamp(RunFailed, status="error", message=message)
+            try:  # at least the status, so the run does not stay "running"
+                await self.store.mark_failed(ctx.run_id, message)
+            except Exception:
+                logger.exception("Could not mark run %s failed", ctx.run_id)
         ctx.publish(last)
         self.log.close(ctx.run_id)
 

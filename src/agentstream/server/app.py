@@ -85,6 +85,7 @@ def create_app(
                     chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
                 )
                 await _define_all(services, settings, extra_agents)
+                await manager.resume_decided()
                 if settings.demo:
                     await _demo_key(store, settings)
                 app.state.services = services

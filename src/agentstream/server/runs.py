@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound
-from agentstream.events import BaseEvent, Reasoning, ToolCall, ToolResult
+from agentstream.events import Reasoning, ToolCall, ToolResult
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import encode_events, event_chunks, native
 from agentstream.server.services import Services, services
@@ -178,6 +178,7 @@ async def _decide(
     if not await svc.store.decide(
         run_id, body.tool_call_id, approved=approved, reason=body.reason, decided_by=caller
     ):
+        await svc.runs.resume(run_id)  # in case a crash came between a decision and going on
         decided = await svc.store.approvals(run_id)
         earlier = next(a for a in decided if a.call_id == body.tool_call_id)
         raise Conflict(
@@ -197,17 +198,19 @@ async def _decide(
 
 @router.post("/{run_id}/cancel")
 async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
-    """Cancel a live run and answer once it has ended: tools in flight settle as
-    cancelled, the run's status is ``cancelled``, its session is free for the next message."""
+    """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
+    in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
+    the next message."""
     done = svc.runs.cancel(run_id)
     if done is not None:
         with anyio.move_on_after(10):
             await done.wait()
+    cancelled_paused = done is None and await svc.runs.cancel_paused(run_id)
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
-    if done is None:
-        raise Conflict(f"Run {run_id!r} is not running (status: {run.status})", field="run_id")
+    if done is None and not cancelled_paused:
+        raise Conflict(f"Run {run_id!r} has ended (status: {run.status})", field="run_id")
     return {"run_id": run_id, "status": run.status}
 
 
@@ -231,22 +234,35 @@ async def resume_stream(
     """
     start = max(after or 0, last_event_id or 0)
     live = svc.runs.log.subscribe(run_id, after=start) if run_id in svc.runs.log else None
-    earlier: list[BaseEvent] = []
-    """Persisted events the live log does not hold (a finished or continued run's)."""
-    if live is None or start < live.starts_after:
-        if await svc.store.get_run(run_id) is None:
-            raise NotFound(f"No run {run_id!r}", field="run_id")
-        until = live.starts_after if live is not None else None
-        earlier = [
-            e
-            for e in await svc.store.run_events(run_id)
-            if e.seq > start and (until is None or e.seq <= until)
-        ]
-    if not earlier and (live is None or live.finished):
+    try:
+        earlier = b""
+        """Persisted frames the live log does not hold (a finished or continued run's)."""
+        if live is None or start < live.starts_after:
+            if await svc.store.get_run(run_id) is None:
+                raise NotFound(f"No run {run_id!r}", field="run_id")
+            until = live.starts_after if live is not None else None
+            stored = await svc.store.run_events(run_id)
+            earlier = encode_events(
+                [e for e in stored if e.seq > start and (until is None or e.seq <= until)],
+                native,
+            )
+        if live is not None and live.ended:
+            # The log's part is over: read the rest of it, then whatever the store has after
+            # it (a paused run may have been cancelled since).
+            tail = await live.next_batch()
+            read_up_to = tail[-1].seq if tail else max(start, live.starts_after)
+            live.close()
+            live = None
+            later = [e for e in await svc.store.run_events(run_id) if e.seq > read_up_to]
+            earlier += encode_events([*tail, *later], native)
+    except BaseException:
         if live is not None:
             live.close()
+        raise
+    if not earlier and live is None:
+        # Nothing more to show (a finished or paused run): an EventSource stops reconnecting.
         return Response(status_code=204)
-    pending = [encode_events(earlier, native)] if earlier else []
+    pending = [earlier] if earlier else []
     follow = event_chunks(live, native) if live is not None else None
 
     async def next_chunk() -> bytes | None:

@@ -390,6 +390,15 @@ class Store:
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    async def paused_state(self, run_id: str) -> dict[str, Any] | None:
+        """What a paused run saved, without claiming it; None if it is not paused."""
+        async with self._session() as db:
+            return await db.scalar(
+                select(RunRow.paused_state).where(
+                    RunRow.id == run_id, RunRow.status == "awaiting_approval"
+                )
+            )
+
     async def claim_paused_run(self, run_id: str) -> PausedRun | None:
         """Move a paused run back to ``running`` for whoever continues it; None if someone
         else did (or it is not paused)."""
@@ -422,6 +431,54 @@ class Store:
                 )
             )
         return found is not None
+
+    async def mark_failed(self, run_id: str, error: str) -> None:
+        """Just the status, when recording the whole outcome failed."""
+        async with self._session.begin() as db:
+            await db.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id)
+                .values(status="error", error=error, paused_state=None, finished_at=_now())
+            )
+
+    async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool:
+        """End a run that waits for approval as cancelled; its open approvals with it."""
+        async with self._session.begin() as db:
+            result = await db.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
+                .values(
+                    status="cancelled", error="Run cancelled", paused_state=None, finished_at=_now()
+                )
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return False
+            await db.execute(
+                update(ApprovalRow)
+                .where(ApprovalRow.run_id == run_id, ApprovalRow.decision == "pending")
+                .values(decision="cancelled", decided_at=_now())
+            )
+            db.add(_event_row(last_event))
+        return True
+
+    async def decided_paused_runs(self) -> list[str]:
+        """Paused runs whose approvals are all decided: a crash came between the last
+        decision and the run going on."""
+        async with self._session() as db:
+            pending = select(ApprovalRow.run_id).where(ApprovalRow.decision == "pending")
+            rows = await db.scalars(
+                select(RunRow.id).where(
+                    RunRow.status == "awaiting_approval", RunRow.id.not_in(pending)
+                )
+            )
+            return list(rows)
+
+    async def last_seq(self, run_id: str) -> int:
+        async with self._session() as db:
+            found = await db.scalar(
+                select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
+            )
+        return found or 0
 
     async def interrupt_unfinished_runs(self) -> int:
         """Runs left ``running`` by a crash can never finish: say so."""

@@ -33,7 +33,14 @@ from agentstream.events import (
     ToolResult,
 )
 
-__all__ = ["PROTOCOL_HEADER", "PROTOCOL_V1", "THINKING_CAP", "ChatPolicy", "ChatView"]
+__all__ = [
+    "PROTOCOL_HEADER",
+    "PROTOCOL_V1",
+    "PUBLIC_ERRORS",
+    "THINKING_CAP",
+    "ChatPolicy",
+    "ChatView",
+]
 
 PROTOCOL_HEADER = "X-Sim-Stream-Protocol"
 PROTOCOL_V1 = "agent-events-v1"
@@ -41,6 +48,12 @@ THINKING_CAP = 512_000
 """Thinking characters forwarded per block; the rest is dropped, the answer is not."""
 
 Frame = dict[str, Any]
+
+PUBLIC_ERRORS = {
+    "error": "Something went wrong while answering; please try again.",
+    "interrupted": "The server restarted while answering; please try again.",
+}
+"""What a public client reads for these endings; timeouts and cancels say their own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,8 +160,10 @@ class ChatView:
                     "output": {k: v for k, v in output.items() if k in policy.outputs},
                 }
                 return [{"event": "final", "data": data}]
-            case RunFailed(message=message):
-                return [{"event": "error", "error": self._shown(message)}]
+            case RunFailed(status=status, message=message):
+                # Errors can carry a provider's or the server's details: not for the public.
+                shown = PUBLIC_ERRORS.get(status, message)
+                return [{"event": "error", "error": self._shown(shown)}]
             case RunPaused():
                 data = {
                     "success": False,
