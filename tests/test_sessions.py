@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import LiveServer, stream_frames
+from pathlib import Path
+
+from conftest import LiveServer, make_settings, serve, stream_frames
 
 
 def test_a_session_lists_its_runs_and_memory(server: LiveServer) -> None:
@@ -47,3 +49,19 @@ def test_deleting_a_session_forgets_everything(server: LiveServer) -> None:
     assert run.status_code == 404, "its runs go with it"
     assert again.status_code == 404
     assert continued.status_code == 404
+
+
+def test_a_session_with_a_run_going_cannot_be_deleted(tmp_path: Path) -> None:
+    with serve(make_settings(tmp_path, offline_token_delay=0.05)) as paced:
+        _, first = stream_frames(paced, "demo", {"message": "hi", "reasoning": False})
+        session_id = first[0]["session_id"]
+        body = {"message": "Write 100 words", "session_id": session_id}
+        with (
+            paced.client() as client,
+            client.stream("POST", "/api/agents/demo/run/stream", json=body) as response,
+        ):
+            chunks = response.iter_bytes()  # held: dropping it would close the stream
+            next(chunks)  # the run has started, and takes 5 s
+            refused = client.delete(f"/api/sessions/{session_id}")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["field"] == "session_id"

@@ -293,9 +293,19 @@ class RunManager:
             available = ", ".join(self.tools.names())
             raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
 
-    def session_busy(self, session_id: str) -> bool:
-        """A run of this session is going (in this process)."""
-        return session_id in self._by_session
+    async def forget_session(self, session_id: str) -> bool:
+        """Delete a session with its runs; holds the session meanwhile, so no run starts in
+        it. ``Conflict`` while one of its runs is going; False if there is no such session."""
+        if session_id in self._by_session:
+            raise Conflict(
+                f"Session {session_id!r} has a run in progress: cancel it first",
+                field="session_id",
+            )
+        hold = self._by_session[session_id] = _LiveRun(session_id=session_id)
+        try:
+            return await self.store.delete_session(session_id)
+        finally:
+            self._release(session_id, hold)
 
     def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
         """Stop a live run. Returns the event set once it has ended, or None if the run is

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel
 
-from agentstream.errors import Conflict, NotFound
+from agentstream.errors import NotFound
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
 from agentstream.views.native import UsageJSON, usage_json
@@ -90,10 +90,6 @@ async def get_session(session_id: str, svc: Svc) -> SessionOut:
 @router.delete("/{session_id}", status_code=204)
 async def delete_session(session_id: str, svc: Svc) -> Response:
     """Forget the conversation: its memory, runs, their events and approvals."""
-    if svc.runs.session_busy(session_id):
-        raise Conflict(
-            f"Session {session_id!r} has a run in progress: cancel it first", field="session_id"
-        )
-    if not await svc.store.delete_session(session_id):
+    if not await svc.runs.forget_session(session_id):
         raise NotFound(f"No session {session_id!r}", field="session_id")
     return Response(status_code=204)
