@@ -135,3 +135,17 @@ def test_models_command_shows_the_registry(server: LiveServer) -> None:
     assert result.exit_code == 0, result.output
     assert "claude-sonnet-4-5" in result.output
     assert "Set OPENAI_API_KEY to use gpt-4.1" in result.output
+
+
+def test_closing_the_registry_closes_the_clients_it_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import anyio
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    registry = ModelRegistry(load_catalog())
+    clients = [registry.get("gpt-4.1").client, registry.get("claude-sonnet-4-5").client]  # type: ignore[attr-defined]
+    assert not any(c.is_closed() for c in clients)
+    anyio.run(registry.aclose)
+    assert all(c.is_closed() for c in clients)

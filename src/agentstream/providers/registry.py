@@ -7,7 +7,7 @@ from the environment; models handed in directly (tests, embedders) take preceden
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from agentstream.errors import ModelUnavailable
@@ -40,6 +40,8 @@ class ModelRegistry:
         self.catalog = catalog
         self.options = options or ClientOptions()
         self._live: dict[str, Model] = {model.name: model for model in custom}
+        self._closers: list[Callable[[], Awaitable[object]]] = []
+        """How to close the SDK clients this registry made (their connection pools)."""
 
     def names(self) -> list[str]:
         return sorted({m.name for m in self.catalog.models} | set(self._live))
@@ -81,11 +83,22 @@ class ModelRegistry:
             )
         if reason := self.available(name):
             raise ModelUnavailable(reason, field="model")
-        model = self._live[name] = _connect(self.info(name), self.provider(name), self.options)
+        model, close = _connect(self.info(name), self.provider(name), self.options)
+        self._live[name] = model
+        if close is not None:
+            self._closers.append(close)
         return model
 
+    async def aclose(self) -> None:
+        """Close the SDK clients made for catalog models."""
+        for close in self._closers:
+            await close()
+        self._closers.clear()
 
-def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) -> Model:
+
+def _connect(
+    info: ModelInfo, provider: ProviderInfo, options: ClientOptions
+) -> tuple[Model, Callable[[], Awaitable[object]] | None]:
     """Build the SDK client for the provider and wrap it in its adapter.
 
     The SDKs are imported here, on first use, so a server that runs only the offline model
@@ -97,7 +110,7 @@ def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) ->
     )
     match provider.kind:
         case "offline":
-            return OfflineModel(name=info.name, token_delay=options.offline_token_delay)
+            return OfflineModel(name=info.name, token_delay=options.offline_token_delay), None
         case "openai" | "openai_compatible":
             from openai import AsyncOpenAI
 
@@ -110,9 +123,10 @@ def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) ->
                 timeout=options.timeout,
             )
             adapter = OpenAIResponsesModel if info.api == "responses" else OpenAIChatModel
-            return adapter(
+            chat = adapter(
                 info.name, client=client, api_model=info.provider_model, provider=provider.label
             )
+            return chat, client.close
         case "anthropic":
             from anthropic import AsyncAnthropic
 
@@ -124,9 +138,10 @@ def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) ->
                 max_retries=options.max_retries,
                 timeout=options.timeout,
             )
-            return AnthropicModel(
+            claude = AnthropicModel(
                 info.name, client=anthropic, api_model=info.provider_model, provider=provider.label
             )
+            return claude, anthropic.close
         case "gemini":
             from google import genai
 
@@ -139,8 +154,9 @@ def _connect(info: ModelInfo, provider: ProviderInfo, options: ClientOptions) ->
                 retry_options=genai.types.HttpRetryOptions(attempts=options.max_retries + 1),
             )
             gemini = genai.Client(api_key=key, http_options=http)
-            return GeminiModel(
+            google = GeminiModel(
                 info.name, client=gemini, api_model=info.provider_model, provider=provider.label
             )
+            return google, gemini.aio.aclose
         case "custom":
             raise ModelUnavailable(f"Model {info.name!r} has no provider here", field="model")

@@ -91,6 +91,7 @@ def create_app(
                 app.state.services = services
                 yield
         finally:
+            await model_registry.aclose()
             await store.close()
 
     app = FastAPI(
