@@ -54,15 +54,20 @@ def encode(
     NUL is also stripped from id, since §9.2.6 makes a decoder ignore such an id.
     """
     lines: list[str] = []
-    if id is not None:
-        lines.append(f"id: {_strip_newlines(str(id)).replace(chr(0), '')}")
+    if isinstance(id, int):  # the common case, once per frame: nothing to strip
+        lines.append(f"id: {id}")
+    elif id is not None:
+        lines.append(f"id: {_strip_newlines(id).replace(chr(0), '')}")
     if event is not None:
         lines.append(f"event: {_strip_newlines(event)}")
     if retry is not None:
         if retry < 0:
             raise ValueError(f"retry must be a non-negative integer, got {retry}")
         lines.append(f"retry: {int(retry)}")
-    lines.extend(f"data: {line}" for line in _EOL.split(data))
+    if "\n" in data or "\r" in data:
+        lines.extend(f"data: {line}" for line in _EOL.split(data))
+    else:  # JSON from json.dumps is always one line: skip the regex on the hot path
+        lines.append(f"data: {data}")
     return "\n".join(lines) + "\n\n"
 
 
