@@ -324,3 +324,15 @@ def test_accumulator_lets_a_chunk_replace_its_steps_deltas() -> None:
         accumulator.feed(frame)
     result = accumulator.result()
     assert (result.content, result.status, result.error) == ("Hello", "timeout", "boom")
+
+
+@pytest.mark.anyio
+async def test_request_reaches_the_rest_of_the_api(server: LiveServer) -> None:
+    async with AsyncClient(server.url, server.key) as client:
+        deployments = await client.arequest("GET", "/api/chat-deployments")
+        with pytest.raises(APIStatusError) as info:
+            await client.arequest("GET", "/api/chat-deployments/nowhere")
+    with Client(server.url, server.key) as sync_client:
+        assert sync_client.request("GET", "/api/chat-deployments") == deployments
+    assert [d["deployment"]["slug"] for d in deployments] == ["your-slug"]
+    assert (info.value.status_code, info.value.field) == (404, "slug")
