@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter
 __all__ = [
     "ApprovalRequested",
     "BaseEvent",
+    "ContextHandlerCreated",
     "Event",
     "EventAdapter",
     "Reasoning",
@@ -197,6 +198,18 @@ class ApprovalRequested(_StepScoped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContextHandlerCreated(_StepScoped):
+    """A tool (``knowledge_search``) retrieved passages for the run: their citations are at
+    ``GET /api/context-handlers/{context_handler_id}``, for a citation panel."""
+
+    type: Literal["context_handler_created"] = "context_handler_created"
+    call_id: str
+    """The ``ToolCall`` that retrieved them."""
+    context_handler_id: str
+    """The handler holding the passages, in the order the answer numbers them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunPaused(BaseEvent):
     """The run stopped to wait for approvals; it continues, with the same seqs, once they
     are decided."""
@@ -247,6 +260,7 @@ Event = Annotated[
     | ToolCall
     | ToolResult
     | ApprovalRequested
+    | ContextHandlerCreated
     | RunPaused
     | StepCompleted
     | RunCompleted

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentstream.events import (
     ApprovalRequested,
+    ContextHandlerCreated,
     BaseEvent,
     Reasoning,
     ReasoningDelta,
@@ -181,6 +182,7 @@ class ChatView:
                 | RunStarted()
                 | StepCompleted()
                 | ApprovalRequested()
+                | ContextHandlerCreated()
             ):
                 pass
             case _:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
+    ContextHandlerCreated,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -85,6 +86,12 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
                 "tool_call_id": call_id,
                 "tool_name": name,
                 "tool_input": tool_input,
+            }
+        case ContextHandlerCreated(call_id=call_id, context_handler_id=handler_id):
+            return {
+                "event": "context_handler_created",
+                "tool_call_id": call_id,
+                "context_handler_id": handler_id,
             }
         case RunPaused():
             return None  # approval_requested said it; the stream then ends until approved
@@ -165,6 +172,13 @@ class ApprovalRequestedFrame(_Frame):
     tool_input: dict[str, Any]
 
 
+class ContextHandlerCreatedFrame(_Frame):
+    event: Literal["context_handler_created"]
+    tool_call_id: str
+    context_handler_id: str
+    """Its citations: ``GET /api/context-handlers/{context_handler_id}``."""
+
+
 class StepCompletedFrame(_Frame):
     event: Literal["step_completed"]
     step: int
@@ -202,6 +216,7 @@ NativeFrame = Annotated[
     | ToolCallFrame
     | ToolResultFrame
     | ApprovalRequestedFrame
+    | ContextHandlerCreatedFrame
     | StepCompletedFrame
     | CompleteFrame
     | ErrorFrame,
