@@ -9,6 +9,7 @@ import pytest
 from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
+    ContextHandlerCreated,
     EventAdapter,
     Reasoning,
     ReasoningDelta,
@@ -68,6 +69,10 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
             "tool_name": "t",
             "tool_input": {"x": 1},
         },
+    ),
+    (
+        ContextHandlerCreated(**META, step=1, call_id="c", context_handler_id="ctx_1"),
+        {"event": "context_handler_created", "tool_call_id": "c", "context_handler_id": "ctx_1"},
     ),
     (RunPaused(**META, awaiting=["c"]), None),
     (StepCompleted(**META, step=1), {"event": "step_completed", "step": 1}),
