@@ -1,6 +1,9 @@
 # One place for every routine task; CI calls the same targets.
 PYTHON ?= python3
 VENV ?= .venv
+# Knowledge bases embed with sentence-transformers on torch: install the CPU build first,
+# or pip takes a CUDA build of several GB to satisfy it.
+TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -11,7 +14,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet '$(TORCH)'
+	$(BIN)/python -m pip install --quiet -e '.[dev,knowledge]'
 	touch $(STAMP)
 
 run: install  ## the server on :3000 with the offline model and the demo agent

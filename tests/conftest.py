@@ -46,7 +46,7 @@ class LiveServer:
         return {"apikey": self.key}
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.headers, timeout=10, **kwargs)
+        return httpx.Client(base_url=self.url, headers=self.headers, **{"timeout": 10, **kwargs})
 
 
 @contextmanager

@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     """Send a ``: keepalive`` comment after this long without an event."""
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     """Larger request bodies are refused with 413."""
+    max_document_bytes: int = Field(default=20_971_520, gt=0)
+    """The same, for documents added to a knowledge base."""
     offline_token_delay: float | None = Field(default=None, ge=0)
     """Seconds between the offline model's tokens; default 0.02 in demo mode, else 0."""
     run_retention_seconds: float = Field(default=60.0, ge=0)

@@ -46,7 +46,7 @@ from agentstream.providers.base import (
     TurnEndPart,
     UsagePart,
 )
-from agentstream.runtime.context import RunContext
+from agentstream.runtime.context import RunContext, ToolCallScope, current_tool_call
 from agentstream.runtime.tools import Tool, ToolOutcome
 
 __all__ = [
@@ -280,6 +280,7 @@ async def _call_tools(
     outcomes: list[ToolOutcome] = [ToolOutcome() for _ in calls]
 
     async def call_one(index: int, call: RequestedToolCall, error: str | None) -> None:
+        current_tool_call.set(ToolCallScope(ctx, step, call.id))  # this task's own context
         if error is None and call.name not in tools:
             error = f"Unknown tool {call.name!r}; available: {', '.join(sorted(tools)) or 'none'}"
         decision = decisions.get(call.id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -12,7 +14,7 @@ from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.store import Store
 
-__all__ = ["RunContext"]
+__all__ = ["RunContext", "ToolCallScope", "current_tool_call"]
 
 E = TypeVar("E", bound=BaseEvent)
 
@@ -39,6 +41,8 @@ class RunContext:
         self._log = log
         self._store = store
         self._seq = seq
+        self._in_order = anyio.Lock()
+        """Held from stamping a persisted event to publishing it, so seqs go out in order."""
 
     def count(self, usage: Usage) -> None:
         """Add a turn's usage to the run's, priced at the model's rates."""
@@ -58,10 +62,29 @@ class RunContext:
 
         A persisted event is in the database before any viewer sees it, so whatever a
         viewer saw can be replayed; the write is shielded so a cancel cannot tear it.
+        Concurrent emitters (parallel tool calls) still publish in seq order.
         """
-        event = self.stamp(kind, **fields)
-        if kind.persisted:
-            with anyio.CancelScope(shield=True):
-                await self._store.append_event(event)
-        self.publish(event)
-        return event
+        if not kind.persisted and not self._in_order.locked():
+            event = self.stamp(kind, **fields)  # no await before it is published
+            self.publish(event)
+            return event
+        async with self._in_order:
+            event = self.stamp(kind, **fields)
+            if kind.persisted:
+                with anyio.CancelScope(shield=True):
+                    await self._store.append_event(event)
+            self.publish(event)
+            return event
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallScope:
+    """The call a tool is running for, for tools that emit events of their own."""
+
+    ctx: RunContext
+    step: int
+    call_id: str
+
+
+current_tool_call: ContextVar[ToolCallScope] = ContextVar("current_tool_call")
+"""Set in the task of each tool call (see ``runtime.agent``)."""

@@ -65,6 +65,7 @@ async def list_agents(svc: Svc) -> list[AgentOut]:
 @router.post("", status_code=201)
 async def create_agent(spec: AgentSpec, svc: Svc) -> AgentOut:
     svc.runs.check_agent(spec)
+    await svc.knowledge.check_bases(spec.knowledge_bases)
     if await svc.store.get_agent(spec.id) is not None:
         raise Conflict(f"Agent {spec.id!r} exists; PATCH it to change it", field="id")
     return _out(await svc.store.put_agent(spec))
@@ -79,6 +80,7 @@ async def get_agent(agent_id: str, svc: Svc) -> AgentOut:
 async def update_agent(agent_id: str, update: AgentUpdate, svc: Svc) -> AgentOut:
     spec = (await agent_or_404(svc, agent_id)).spec.updated(update)
     svc.runs.check_agent(spec)
+    await svc.knowledge.check_bases(spec.knowledge_bases)
     return _out(await svc.store.put_agent(spec))
 
 

@@ -16,6 +16,8 @@ from fastapi.staticfiles import StaticFiles
 from agentstream.agents import AgentSpec, Definitions, load_definitions
 from agentstream.config import Settings, write_private
 from agentstream.deployments import DeploymentSettings, hash_password
+from agentstream.knowledge.embedding import MiniLM
+from agentstream.knowledge.service import Knowledge
 from agentstream.providers.base import Model
 from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ClientOptions, ModelRegistry
@@ -29,11 +31,14 @@ from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigne
 from agentstream.server.deployments import deploy
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
+from agentstream.server.knowledge import DOCUMENT_UPLOADS
+from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
 from agentstream.store import Store
+from agentstream.store.knowledge import KnowledgeStore
 
 __all__ = ["create_app"]
 
@@ -75,14 +80,20 @@ def create_app(
                     "Marked %d run(s) left running by a crash as interrupted", interrupted
                 )
             log = RunLog(retention=settings.run_retention_seconds)
+            knowledge = Knowledge(KnowledgeStore(store.engine), MiniLM())
             async with RunManager(
-                store=store, log=log, models=model_registry, tools=tool_registry
+                store=store,
+                log=log,
+                models=model_registry,
+                tools=tool_registry,
+                knowledge=knowledge,
             ) as manager:
                 services = Services(
                     settings=settings,
                     store=store,
                     runs=manager,
                     chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
+                    knowledge=knowledge,
                 )
                 await _define_all(services, settings, extra_agents)
                 await manager.resume_decided()
@@ -101,12 +112,18 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_body_bytes,
+        uploads=DOCUMENT_UPLOADS,
+        upload_limit=settings.max_document_bytes,
+    )
     app.include_router(runs_router)
     app.include_router(agents_router)
     app.include_router(deployments_router)
     app.include_router(models_router)
     app.include_router(sessions_router)
+    app.include_router(knowledge_router)
     app.include_router(chat_router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -137,6 +154,7 @@ async def _define(services: Services, definitions: Definitions, *, replace: bool
     store = services.store
     for spec in definitions.agents:
         services.runs.check_agent(spec)
+        await services.knowledge.check_bases(spec.knowledge_bases)
         existing = await store.get_agent(spec.id)
         if existing is None or (replace and existing.spec != spec):
             if existing is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -81,18 +82,24 @@ class BodyLimit:
     (FastAPI's own ``max_body_size`` answers a too-large Content-Length in plain text.)
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, limit: int, uploads: re.Pattern[str], upload_limit: int
+    ) -> None:
+        """Paths matching ``uploads`` (document uploads) may send up to ``upload_limit``."""
         self.app = app
         self.limit = limit
+        self.uploads = uploads
+        self.upload_limit = upload_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.upload_limit if self.uploads.fullmatch(scope["path"]) else self.limit
         declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
+        if declared.isdigit() and int(declared) > limit:
             response = error_response(
-                413, "body_too_large", f"The request body exceeds {self.limit} bytes", field="body"
+                413, "body_too_large", f"The request body exceeds {limit} bytes", field="body"
             )
             await response(scope, receive, send)
             return
@@ -102,8 +109,8 @@ class BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.limit:
-                raise HTTPException(413, f"The request body exceeds {self.limit} bytes")
+            if received > limit:
+                raise HTTPException(413, f"The request body exceeds {limit} bytes")
             return message
 
         await self.app(scope, receive_within_limit, send)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from agentstream.config import Settings
+from agentstream.knowledge.service import Knowledge
 from agentstream.runtime.runs import RunManager
 from agentstream.server.chat_access import ChatAccess
 from agentstream.store import Store
@@ -20,6 +21,7 @@ class Services:
     store: Store
     runs: RunManager
     chat_access: ChatAccess
+    knowledge: Knowledge
 
 
 def services(request: Request) -> Services:

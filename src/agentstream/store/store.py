@@ -41,11 +41,11 @@ __all__ = ["ApprovalRecord", "PausedRun", "RunRecord", "Store", "StoredAgent", "
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def _now() -> datetime:
+def now() -> datetime:
     return datetime.now(UTC)
 
 
-def _utc(moment: datetime) -> datetime:
+def utc(moment: datetime) -> datetime:
     """SQLite drops the zone on the way back: every time we store is UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
@@ -140,7 +140,7 @@ class Store:
         """A new key; only its digest is kept, so this is the one time it can be read."""
         key = "as_" + secrets.token_urlsafe(24)
         async with self._session.begin() as db:
-            db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=_now()))
+            db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=now()))
         return key
 
     async def api_key_name(self, key: str) -> str | None:
@@ -159,13 +159,13 @@ class Store:
             row = await db.get(AgentRow, spec.id, with_for_update=True)
             definition = spec.model_dump(mode="json")
             if row is None:
-                row = AgentRow(id=spec.id, version=1, spec=definition, created_at=_now())
+                row = AgentRow(id=spec.id, version=1, spec=definition, created_at=now())
                 row.updated_at = row.created_at
                 db.add(row)
             elif row.spec != definition:
                 row.version += 1
                 row.spec = definition
-                row.updated_at = _now()
+                row.updated_at = now()
         return _stored_agent(row)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
@@ -192,13 +192,13 @@ class Store:
         async with self._session.begin() as db:
             row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
             if row is None:
-                row = DeploymentRow(slug=settings.slug, created_at=_now())
+                row = DeploymentRow(slug=settings.slug, created_at=now())
                 db.add(row)
             row.settings = settings.model_dump(mode="json")
             row.password_hash = password_hash
             row.agent_spec = agent.spec.model_dump(mode="json")
             row.agent_version = agent.version
-            row.updated_at = _now()
+            row.updated_at = now()
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:
@@ -228,7 +228,7 @@ class Store:
             found = await db.scalar(
                 select(SessionRow.created_at).where(SessionRow.id == session_id)
             )
-        return None if found is None else _utc(found)
+        return None if found is None else utc(found)
 
     async def session_runs(self, session_id: str) -> list[RunRecord]:
         async with self._session() as db:
@@ -267,7 +267,7 @@ class Store:
         before a viewer's first byte."""
         async with self._session.begin() as db:
             if new_session:
-                db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=_now()))
+                db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now()))
                 await db.flush()
             db.add(
                 RunRow(
@@ -278,7 +278,7 @@ class Store:
                     status="running",
                     input=input,
                     reasoning_requested=reasoning_requested,
-                    created_at=_now(),
+                    created_at=now(),
                 )
             )
             await db.flush()
@@ -311,7 +311,7 @@ class Store:
             run.output_tokens = usage.output_tokens
             run.cost_usd = usage.cost_usd
             run.paused_state = None
-            run.finished_at = _now()
+            run.finished_at = now()
             db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -340,7 +340,7 @@ class Store:
         last_event: BaseEvent,
     ) -> None:
         """Save what the run needs to continue and the approvals it waits for: all or nothing."""
-        now = _now()
+        paused_at = now()
         async with self._session.begin() as db:
             db.add(_event_row(last_event))
             run = await db.get_one(RunRow, run_id)
@@ -355,7 +355,7 @@ class Store:
                     tool_name=name,
                     tool_input=tool_input,
                     decision="pending",
-                    requested_at=now,
+                    requested_at=paused_at,
                 )
                 for call_id, name, tool_input in approvals
             )
@@ -385,7 +385,7 @@ class Store:
                     decision="approved" if approved else "denied",
                     reason=reason,
                     decided_by=decided_by,
-                    decided_at=_now(),
+                    decided_at=now(),
                 )
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
@@ -438,7 +438,7 @@ class Store:
             await db.execute(
                 update(RunRow)
                 .where(RunRow.id == run_id)
-                .values(status="error", error=error, paused_state=None, finished_at=_now())
+                .values(status="error", error=error, paused_state=None, finished_at=now())
             )
 
     async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool:
@@ -448,7 +448,7 @@ class Store:
                 update(RunRow)
                 .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
                 .values(
-                    status="cancelled", error="Run cancelled", paused_state=None, finished_at=_now()
+                    status="cancelled", error="Run cancelled", paused_state=None, finished_at=now()
                 )
             )
             if not result.rowcount:  # type: ignore[attr-defined]
@@ -456,7 +456,7 @@ class Store:
             await db.execute(
                 update(ApprovalRow)
                 .where(ApprovalRow.run_id == run_id, ApprovalRow.decision == "pending")
-                .values(decision="cancelled", decided_at=_now())
+                .values(decision="cancelled", decided_at=now())
             )
             db.add(_event_row(last_event))
         return True
@@ -487,7 +487,7 @@ class Store:
                 update(RunRow)
                 .where(RunRow.status == "running")
                 .values(
-                    status="interrupted", error="Server stopped during the run", finished_at=_now()
+                    status="interrupted", error="Server stopped during the run", finished_at=now()
                 )
             )
         return int(result.rowcount)  # type: ignore[attr-defined]
@@ -519,8 +519,8 @@ def _stored_agent(row: AgentRow) -> StoredAgent:
     return StoredAgent(
         spec=AgentSpec.model_validate(row.spec),
         version=row.version,
-        created_at=_utc(row.created_at),
-        updated_at=_utc(row.updated_at),
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
     )
 
 
@@ -528,14 +528,14 @@ def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
     agent = StoredAgent(
         spec=AgentSpec.model_validate(row.agent_spec),
         version=row.agent_version,
-        created_at=_utc(row.created_at),
-        updated_at=_utc(row.updated_at),
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
     )
     return StoredDeployment(
         settings=DeploymentSettings.model_validate(row.settings),
         password_hash=row.password_hash,
         agent=agent,
-        updated_at=_utc(row.updated_at),
+        updated_at=utc(row.updated_at),
     )
 
 
@@ -553,8 +553,8 @@ def _run_record(row: RunRow) -> RunRecord:
             input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost_usd=row.cost_usd
         ),
         reasoning_requested=row.reasoning_requested,
-        created_at=_utc(row.created_at),
-        finished_at=None if row.finished_at is None else _utc(row.finished_at),
+        created_at=utc(row.created_at),
+        finished_at=None if row.finished_at is None else utc(row.finished_at),
     )
 
 
@@ -567,8 +567,8 @@ def _approval(row: ApprovalRow) -> ApprovalRecord:
         decision=row.decision,
         reason=row.reason,
         decided_by=row.decided_by,
-        requested_at=_utc(row.requested_at),
-        decided_at=None if row.decided_at is None else _utc(row.decided_at),
+        requested_at=utc(row.requested_at),
+        decided_at=None if row.decided_at is None else utc(row.decided_at),
     )
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
@@ -13,7 +23,11 @@ __all__ = [
     "ApiKeyRow",
     "ApprovalRow",
     "Base",
+    "ChunkRow",
+    "ContextHandlerRow",
     "DeploymentRow",
+    "DocumentRow",
+    "KnowledgeBaseRow",
     "MessageRow",
     "RunEventRow",
     "RunRow",
@@ -137,3 +151,65 @@ class ApprovalRow(Base):
     decided_by: Mapped[str | None] = mapped_column(String(200))
     requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class KnowledgeBaseRow(Base):
+    __tablename__ = "knowledge_bases"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text)
+    embedding_model: Mapped[str] = mapped_column(String(100))
+    """The model its vectors come from: a query must be embedded by the same one."""
+    dimensions: Mapped[int] = mapped_column(Integer)
+    revision: Mapped[int] = mapped_column(Integer)
+    """Bumped by every change to its chunks, so a process knows its cached vectors are stale."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class DocumentRow(Base):
+    __tablename__ = "kb_documents"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    knowledge_base_id: Mapped[str] = mapped_column(
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(300))
+    media_type: Mapped[str] = mapped_column(String(100))
+    characters: Mapped[int] = mapped_column(Integer)
+    chunk_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ChunkRow(Base):
+    """A passage of a document with its embedding (float32, unit length)."""
+
+    __tablename__ = "kb_chunks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    knowledge_base_id: Mapped[str] = mapped_column(
+        ForeignKey("knowledge_bases.id", ondelete="CASCADE"), index=True
+    )
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("kb_documents.id", ondelete="CASCADE"), index=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(Integer)
+    end: Mapped[int] = mapped_column(Integer)
+    page: Mapped[int | None] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    embedding: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ContextHandlerRow(Base):
+    """What a knowledge search retrieved during a run: the citations of its answer."""
+
+    __tablename__ = "context_handlers"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    call_id: Mapped[str] = mapped_column(String(100))
+    query: Mapped[str] = mapped_column(Text)
+    citations: Mapped[list[Any]] = mapped_column()
+    """The passages as retrieved (a copy: deleting a document later does not change them)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

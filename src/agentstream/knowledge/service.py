@@ -1,0 +1,173 @@
+"""Knowledge bases at work: documents in (extracted, chunked, embedded, stored) and passages
+out (the chunks nearest a query).
+
+Search is exact: each base's vectors are held as one matrix, loaded from the database and
+kept while the base's revision is unchanged, and scored with one matrix product. That is
+milliseconds for tens of thousands of chunks (``make bench``) and needs no vector extension
+in the database, so SQLite and PostgreSQL behave the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from agentstream.errors import NotFound, UserError
+from agentstream.knowledge.chunking import chunk
+from agentstream.knowledge.embedding import Embedder, Vectors
+from agentstream.knowledge.extract import extract
+from agentstream.store.knowledge import (
+    Citation,
+    KnowledgeBase,
+    KnowledgeStore,
+    NewChunk,
+    StoredDocument,
+)
+
+__all__ = ["Knowledge"]
+
+_STORED = np.dtype("<f4")
+"""How a vector is kept in the database: little-endian float32, whatever the machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    revision: int
+    chunk_ids: npt.NDArray[np.int64]
+    vectors: Vectors
+
+
+class Knowledge:
+    """What the API and the ``knowledge_search`` tool do with knowledge bases."""
+
+    def __init__(self, store: KnowledgeStore, embedder: Embedder) -> None:
+        self.store = store
+        self.embedder = embedder
+        self._indexes: dict[str, _Index] = {}
+
+    async def create_base(
+        self, name: str, description: str = "", *, kb_id: str | None = None
+    ) -> KnowledgeBase:
+        return await self.store.create_base(
+            kb_id=kb_id,
+            name=name,
+            description=description,
+            embedding_model=self.embedder.name,
+            dimensions=self.embedder.dimensions,
+        )
+
+    async def base(self, kb_id: str) -> KnowledgeBase:
+        base = await self.store.get_base(kb_id)
+        if base is None:
+            raise NotFound(f"No knowledge base {kb_id!r}", field="knowledge_base_id")
+        return base
+
+    async def check_bases(self, kb_ids: Sequence[str]) -> None:
+        """Refuse an agent whose knowledge bases do not exist."""
+        for kb_id in kb_ids:
+            if await self.store.get_base(kb_id) is None:
+                raise UserError(
+                    f"No knowledge base {kb_id!r} (GET /api/knowledge-bases)",
+                    field="knowledge_bases",
+                )
+
+    async def add_document(
+        self, kb_id: str, *, name: str, media_type: str, data: bytes
+    ) -> StoredDocument:
+        """Extract, chunk, embed and store the document, all or nothing."""
+        self._check_model(await self.base(kb_id))
+        sections = await anyio.to_thread.run_sync(extract, data, media_type)
+        chunks = chunk(sections)
+        vectors = await self.embedder.embed([c.text for c in chunks])
+        document = await self.store.add_document(
+            kb_id,
+            name=name,
+            media_type=media_type,
+            characters=sum(len(s.text) for s in sections),
+            chunks=[
+                NewChunk(
+                    position=c.position,
+                    start=c.start,
+                    end=c.end,
+                    page=c.page,
+                    text=c.text,
+                    embedding=vector.astype(_STORED).tobytes(),
+                )
+                for c, vector in zip(chunks, vectors, strict=True)
+            ],
+        )
+        if document is None:
+            raise NotFound(f"Knowledge base {kb_id!r} was deleted", field="knowledge_base_id")
+        return document
+
+    async def search(self, kb_ids: Sequence[str], query: str, *, top_k: int) -> list[Citation]:
+        """The ``top_k`` passages nearest the query over these bases, best first."""
+        if not query.strip():
+            raise UserError("The query is empty", field="query")
+        for kb_id in kb_ids:
+            self._check_model(await self.base(kb_id))
+        (vector,) = await self.embedder.embed([query])
+        scored: list[tuple[float, int, str]] = []
+        for kb_id in kb_ids:
+            index = await self._index(kb_id)
+            scores = index.vectors @ vector
+            best = (
+                np.argpartition(-scores, top_k)[:top_k]
+                if len(scores) > top_k
+                else np.arange(len(scores))
+            )
+            scored += [(float(scores[i]), int(index.chunk_ids[i]), kb_id) for i in best]
+        scored.sort(reverse=True)
+        top = scored[:top_k]
+        found = await self.store.passages([chunk_id for _, chunk_id, _ in top])
+        citations: list[Citation] = []
+        for score, chunk_id, kb_id in top:
+            if chunk_id not in found:  # its document was deleted meanwhile
+                continue
+            row, document_name = found[chunk_id]
+            citations.append(
+                Citation(
+                    number=len(citations) + 1,
+                    knowledge_base_id=kb_id,
+                    document_id=row.document_id,
+                    document_name=document_name,
+                    chunk_id=chunk_id,
+                    position=row.position,
+                    page=row.page,
+                    start=row.start,
+                    end=row.end,
+                    score=round(score, 6),
+                    text=row.text,
+                )
+            )
+        return citations
+
+    async def _index(self, kb_id: str) -> _Index:
+        """The base's vectors, reloaded only when its revision moved on."""
+        cached = self._indexes.get(kb_id)
+        if cached is not None and cached.revision == await self.store.revision(kb_id):
+            return cached
+        loaded = await self.store.embeddings(kb_id)
+        if loaded is None:
+            self._indexes.pop(kb_id, None)
+            raise NotFound(f"No knowledge base {kb_id!r}", field="knowledge_base_id")
+        revision, chunk_ids, blobs = loaded
+        vectors = np.frombuffer(b"".join(blobs), dtype=_STORED).astype(np.float32)
+        index = self._indexes[kb_id] = _Index(
+            revision,
+            np.asarray(chunk_ids, dtype=np.int64),
+            vectors.reshape(len(chunk_ids), self.embedder.dimensions),
+        )
+        return index
+
+    def _check_model(self, base: KnowledgeBase) -> None:
+        if base.embedding_model != self.embedder.name:
+            raise UserError(
+                f"Knowledge base {base.id!r} was embedded with {base.embedding_model}, "
+                f"but this server embeds with {self.embedder.name}",
+                field="knowledge_base_id",
+            )

@@ -1,0 +1,304 @@
+"""Knowledge bases, their documents and embedded chunks, and the context handlers (the
+citations) that knowledge searches leave behind."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from agentstream.store.store import now, utc
+from agentstream.store.tables import (
+    ChunkRow,
+    ContextHandlerRow,
+    DocumentRow,
+    KnowledgeBaseRow,
+)
+
+__all__ = [
+    "Citation",
+    "ContextHandler",
+    "KnowledgeBase",
+    "KnowledgeStore",
+    "NewChunk",
+    "StoredDocument",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeBase:
+    id: str
+    name: str
+    description: str
+    embedding_model: str
+    dimensions: int
+    revision: int
+    documents: int
+    chunks: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    id: str
+    knowledge_base_id: str
+    name: str
+    media_type: str
+    characters: int
+    chunk_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewChunk:
+    position: int
+    start: int
+    end: int
+    page: int | None
+    text: str
+    embedding: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A retrieved passage, numbered as the answer cites it (``[1]`` is number 1)."""
+
+    number: int
+    knowledge_base_id: str
+    document_id: str
+    document_name: str
+    chunk_id: int
+    position: int
+    """The chunk's place in its document, from 0."""
+    page: int | None
+    start: int
+    end: int
+    score: float
+    """Cosine similarity to the query, from -1 to 1."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextHandler:
+    id: str
+    run_id: str
+    call_id: str
+    query: str
+    citations: list[Citation]
+    created_at: datetime
+
+
+class KnowledgeStore:
+    """Reads and writes of the knowledge tables, on the store's database."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._session = async_sessionmaker(engine, expire_on_commit=False)
+
+    async def create_base(
+        self,
+        *,
+        kb_id: str | None,
+        name: str,
+        description: str,
+        embedding_model: str,
+        dimensions: int,
+    ) -> KnowledgeBase:
+        row = KnowledgeBaseRow(
+            id=kb_id or f"kb_{uuid.uuid4().hex}",
+            name=name,
+            description=description,
+            embedding_model=embedding_model,
+            dimensions=dimensions,
+            revision=0,
+            created_at=now(),
+        )
+        async with self._session.begin() as db:
+            db.add(row)
+        return _base(row, documents=0, chunks=0)
+
+    async def get_base(self, kb_id: str) -> KnowledgeBase | None:
+        bases = await self._bases(KnowledgeBaseRow.id == kb_id)
+        return bases[0] if bases else None
+
+    async def list_bases(self) -> list[KnowledgeBase]:
+        return await self._bases()
+
+    async def _bases(self, *where: Any) -> list[KnowledgeBase]:
+        documents = (
+            select(func.count(DocumentRow.id))
+            .where(DocumentRow.knowledge_base_id == KnowledgeBaseRow.id)
+            .scalar_subquery()
+        )
+        chunks = (
+            select(func.coalesce(func.sum(DocumentRow.chunk_count), 0))
+            .where(DocumentRow.knowledge_base_id == KnowledgeBaseRow.id)
+            .scalar_subquery()
+        )
+        async with self._session() as db:
+            rows = await db.execute(
+                select(KnowledgeBaseRow, documents, chunks)
+                .where(*where)
+                .order_by(KnowledgeBaseRow.created_at)
+            )
+            return [_base(row, documents=d, chunks=c) for row, d, c in rows]
+
+    async def delete_base(self, kb_id: str) -> bool:
+        async with self._session.begin() as db:
+            result = await db.execute(delete(KnowledgeBaseRow).where(KnowledgeBaseRow.id == kb_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def add_document(
+        self,
+        kb_id: str,
+        *,
+        name: str,
+        media_type: str,
+        characters: int,
+        chunks: Sequence[NewChunk],
+    ) -> StoredDocument | None:
+        """The document with all its chunks, or nothing (None if the base is gone)."""
+        row = DocumentRow(
+            id=f"doc_{uuid.uuid4().hex}",
+            knowledge_base_id=kb_id,
+            name=name,
+            media_type=media_type,
+            characters=characters,
+            chunk_count=len(chunks),
+            created_at=now(),
+        )
+        async with self._session.begin() as db:
+            if not await _bump(db, kb_id):
+                return None
+            db.add(row)
+            await db.flush()
+            db.add_all(
+                ChunkRow(knowledge_base_id=kb_id, document_id=row.id, **asdict(chunk))
+                for chunk in chunks
+            )
+        return _document(row)
+
+    async def list_documents(self, kb_id: str) -> list[StoredDocument]:
+        async with self._session() as db:
+            rows = await db.scalars(
+                select(DocumentRow)
+                .where(DocumentRow.knowledge_base_id == kb_id)
+                .order_by(DocumentRow.created_at, DocumentRow.id)
+            )
+            return [_document(row) for row in rows]
+
+    async def delete_document(self, kb_id: str, document_id: str) -> bool:
+        async with self._session.begin() as db:
+            result = await db.execute(
+                delete(DocumentRow).where(
+                    DocumentRow.id == document_id, DocumentRow.knowledge_base_id == kb_id
+                )
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return False
+            await _bump(db, kb_id)
+        return True
+
+    async def revision(self, kb_id: str) -> int | None:
+        async with self._session() as db:
+            return await db.scalar(
+                select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
+            )
+
+    async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes]] | None:
+        """The base's revision, and its chunks' ids and embeddings as of that revision."""
+        async with self._session() as db, db.begin():
+            revision = await db.scalar(
+                select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
+            )
+            if revision is None:
+                return None
+            rows = (
+                await db.execute(
+                    select(ChunkRow.id, ChunkRow.embedding)
+                    .where(ChunkRow.knowledge_base_id == kb_id)
+                    .order_by(ChunkRow.id)
+                )
+            ).all()
+        return revision, [row.id for row in rows], [row.embedding for row in rows]
+
+    async def passages(self, chunk_ids: Sequence[int]) -> dict[int, tuple[ChunkRow, str]]:
+        """Chunks by id, each with its document's name."""
+        async with self._session() as db:
+            rows = await db.execute(
+                select(ChunkRow, DocumentRow.name)
+                .join(DocumentRow, DocumentRow.id == ChunkRow.document_id)
+                .where(ChunkRow.id.in_(chunk_ids))
+            )
+            return {chunk.id: (chunk, name) for chunk, name in rows}
+
+    async def create_handler(
+        self, *, run_id: str, call_id: str, query: str, citations: Sequence[Citation]
+    ) -> ContextHandler:
+        row = ContextHandlerRow(
+            id=f"ctx_{uuid.uuid4().hex}",
+            run_id=run_id,
+            call_id=call_id,
+            query=query,
+            citations=[asdict(c) for c in citations],
+            created_at=now(),
+        )
+        async with self._session.begin() as db:
+            db.add(row)
+        return _handler(row)
+
+    async def get_handler(self, handler_id: str) -> ContextHandler | None:
+        async with self._session() as db:
+            row = await db.get(ContextHandlerRow, handler_id)
+            return None if row is None else _handler(row)
+
+
+async def _bump(db: Any, kb_id: str) -> bool:
+    """Mark the base changed (and lock it against a concurrent delete); False if it is gone."""
+    result = await db.execute(
+        update(KnowledgeBaseRow)
+        .where(KnowledgeBaseRow.id == kb_id)
+        .values(revision=KnowledgeBaseRow.revision + 1)
+    )
+    return bool(result.rowcount)
+
+
+def _base(row: KnowledgeBaseRow, *, documents: int, chunks: int) -> KnowledgeBase:
+    return KnowledgeBase(
+        id=row.id,
+        name=row.name,
+        description=row.description,
+        embedding_model=row.embedding_model,
+        dimensions=row.dimensions,
+        revision=row.revision,
+        documents=documents,
+        chunks=chunks,
+        created_at=utc(row.created_at),
+    )
+
+
+def _document(row: DocumentRow) -> StoredDocument:
+    return StoredDocument(
+        id=row.id,
+        knowledge_base_id=row.knowledge_base_id,
+        name=row.name,
+        media_type=row.media_type,
+        characters=row.characters,
+        chunk_count=row.chunk_count,
+        created_at=utc(row.created_at),
+    )
+
+
+def _handler(row: ContextHandlerRow) -> ContextHandler:
+    return ContextHandler(
+        id=row.id,
+        run_id=row.run_id,
+        call_id=row.call_id,
+        query=row.query,
+        citations=[Citation(**c) for c in row.citations],
+        created_at=utc(row.created_at),
+    )
