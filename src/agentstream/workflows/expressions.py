@@ -121,11 +121,15 @@ class Expression:
     def references(self) -> Iterator[Reference]:
         """Each block output the expression reads: the block id, and the field if one is
         named (``agent1.content`` gives ``agent1`` and ``content``)."""
+        with_field = {
+            node.value: node.attr
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        }
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Name) and node.id not in FUNCTIONS:
-                yield Reference(node.id, ())
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                yield Reference(node.value.id, (node.attr,))
+                field = with_field.get(node)
+                yield Reference(node.id, (field,) if field else ())
 
     def evaluate(self, outputs: Mapping[str, Mapping[str, Any] | None]) -> Any:
         """The value, given the outputs of upstream blocks by id (None for skipped ones)."""
@@ -144,7 +148,8 @@ def parse_expression(text: str) -> Expression:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ExpressionError(f"invalid syntax at column {exc.offset}: {exc.msg}") from None
+        where = f"column {exc.offset}" if exc.offset else "the end"
+        raise ExpressionError(f"{exc.msg} at {where}") from None
     for node in ast.walk(tree):
         _check(node)
     return Expression(text, tree)
