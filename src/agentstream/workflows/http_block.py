@@ -142,8 +142,8 @@ class SafeHttpClient:
             if reason := self._refusal(address):
                 via = "" if url.host == str(address) else f"{url.host!r} resolves to "
                 raise AddressRefused(
-                    f"Refused: {via}{address}, a {reason} address "
-                    "(allow its network in the server's configuration to permit it)"
+                    f"Refused: {via}{address}, not a public address ({reason}); allow its "
+                    "network in the server's configuration to permit it"
                 )
         return list(dict.fromkeys(addresses))
 
@@ -154,14 +154,14 @@ class SafeHttpClient:
         mapped = getattr(address, "ipv4_mapped", None)
         if mapped is not None:  # ::ffff:127.0.0.1 is 127.0.0.1
             return self._refusal(mapped)
-        kinds = {
+        kinds = {  # most telling first: loopback and link-local addresses are private too
             "loopback": address.is_loopback,
-            "private": address.is_private,
             "link-local": address.is_link_local,
             "multicast": address.is_multicast,
-            "reserved": address.is_reserved,
             "unspecified": address.is_unspecified,
-            "non-public": not address.is_global,
+            "reserved": address.is_reserved,
+            "private": address.is_private,
+            "not global": not address.is_global,
         }
         return next((kind for kind, matches in kinds.items() if matches), None)
 

@@ -1,0 +1,197 @@
+"""The HTTP request block against a real local server: loopback reachable only when the
+allow-list permits it, by address or by a name resolving to it, redirects re-checked."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from agentstream.workflows import (
+    BlockFailed,
+    ExecutionResult,
+    SafeHttpClient,
+    WorkflowEngine,
+    parse_workflow,
+)
+from agentstream.workflows.http_block import AddressRefused
+from fakes.server import run_app
+
+pytestmark = pytest.mark.anyio
+
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def echo(request: Request) -> Response:
+    body = await request.body()
+    return JSONResponse(
+        {
+            "method": request.method,
+            "host": request.headers["host"],
+            "token": request.headers.get("x-token"),
+            "json": (await request.json()) if body else None,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    app = Starlette(
+        routes=[
+            Route("/echo", echo, methods=["GET", "POST"]),
+            Route("/text", lambda _: PlainTextResponse("plain")),
+            Route("/moved", lambda _: RedirectResponse("/echo", status_code=302)),
+            Route("/to-private", lambda _: RedirectResponse("http://10.1.2.3/x")),
+            Route("/missing", lambda _: PlainTextResponse("no", status_code=404)),
+            Route("/big", lambda _: PlainTextResponse("x" * 2_000)),
+        ]
+    )
+    with run_app(app, name="The test site") as url:
+        yield url
+
+
+async def fetch(
+    url: str, allow: list[str] | None = None, **config: Any
+) -> tuple[ExecutionResult, list[Any]]:
+    flow = parse_workflow(
+        {
+            "id": "fetch",
+            "blocks": [
+                {"id": "start", "type": "start"},
+                {"id": "call", "type": "http", "url": url, **config},
+                {"id": "out", "type": "response", "output": "<call.body>"},
+            ],
+            "edges": [{"from": "start", "to": "call"}, {"from": "call", "to": "out"}],
+        }
+    )
+    events: list[Any] = []
+
+    async def sink(event: Any) -> None:
+        events.append(event)
+
+    engine = WorkflowEngine(http=SafeHttpClient(allow=allow or []))
+    with anyio.fail_after(10):
+        result = await engine.execution(flow, sink=sink).run({"token": "t0k"})
+    return result, events
+
+
+def block_error(events: list[Any]) -> str:
+    [error] = [e.error for e in events if e.type == "block_error"]
+    return str(error)
+
+
+async def test_an_allowed_loopback_request_returns_parsed_json(site: str) -> None:
+    result, events = await fetch(
+        f"{site}/echo",
+        LOOPBACK,
+        method="POST",
+        headers={"X-Token": "<start.input.token>"},
+        body={"q": "<start.input.token>"},
+    )
+    port = httpx.URL(site).port
+    assert result.result == {
+        "method": "POST",
+        "host": f"127.0.0.1:{port}",
+        "token": "t0k",
+        "json": {"q": "t0k"},
+    }
+    [output] = [e.output for e in events if e.type == "block_output" and e.block_id == "call"]
+    assert output["status"] == 200
+    assert output["headers"]["content-type"] == "application/json"
+
+
+async def test_a_name_resolving_to_loopback_is_reached_with_its_host_header(site: str) -> None:
+    url = site.replace("127.0.0.1", "localhost")
+    result, _ = await fetch(f"{url}/echo", LOOPBACK)
+    assert result.result["host"] == f"localhost:{httpx.URL(site).port}"
+
+
+async def test_text_bodies_and_redirects(site: str) -> None:
+    result, _ = await fetch(f"{site}/text", LOOPBACK)
+    assert result.result == "plain"
+    result, _ = await fetch(f"{site}/moved", LOOPBACK)
+    assert result.result["method"] == "GET"
+
+
+async def test_loopback_is_refused_without_the_allow_list_naming_the_address(site: str) -> None:
+    result, events = await fetch(f"{site}/echo")
+    assert block_error(events) == (
+        "Refused: 127.0.0.1, not a public address (loopback); "
+        "allow its network in the server's configuration to permit it"
+    )
+    assert result.status == "error"
+
+
+async def test_a_name_resolving_to_loopback_is_refused_too(site: str) -> None:
+    url = site.replace("127.0.0.1", "localhost")
+    _, events = await fetch(f"{url}/echo")
+    assert block_error(events).startswith(
+        "Refused: 'localhost' resolves to 127.0.0.1, not a public address (loopback)"
+    )
+
+
+async def test_a_redirect_to_a_private_address_is_refused(site: str) -> None:
+    _, events = await fetch(f"{site}/to-private", ["127.0.0.1/32"])
+    assert block_error(events).startswith("Refused: 10.1.2.3, not a public address (private)")
+
+
+async def test_other_schemes_are_refused() -> None:
+    for url in ("file:///etc/passwd", "ftp://example.com/x", "gopher://127.0.0.1:70/"):
+        _, events = await fetch(url, LOOPBACK)
+        assert block_error(events).startswith("Only http and https URLs are allowed")
+
+
+async def test_error_statuses_and_oversized_bodies_fail_the_block(site: str) -> None:
+    _, events = await fetch(f"{site}/missing", LOOPBACK)
+    assert block_error(events) == "127.0.0.1 answered 404 Not Found"
+
+    flow_result, events = await fetch(f"{site}/big", LOOPBACK)
+    assert flow_result.status == "completed"
+    client = SafeHttpClient(allow=LOOPBACK, max_body_bytes=1_000)
+    with pytest.raises(BlockFailed, match="over 1,000 bytes"):
+        await client.request("GET", f"{site}/big", headers={}, body=None)
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "not global"),
+        ("::ffff:127.0.0.1", "loopback"),
+    ],
+)
+async def test_every_kind_of_internal_address_is_refused(address: str, kind: str) -> None:
+    host = f"[{address}]" if ":" in address else address
+    with pytest.raises(AddressRefused, match=rf"not a public address \({kind}\)"):
+        await SafeHttpClient().check(httpx.URL(f"http://{host}/"))
+
+
+async def test_public_addresses_and_allowed_networks_pass_the_check() -> None:
+    assert await SafeHttpClient().check(httpx.URL("http://8.8.8.8/")) == [
+        ipaddress.ip_address("8.8.8.8")
+    ]
+    allowed = SafeHttpClient(allow=["10.0.0.0/8"])
+    assert await allowed.check(httpx.URL("https://10.9.8.7:8443/")) == [
+        ipaddress.ip_address("10.9.8.7")
+    ]
