@@ -34,7 +34,7 @@ from agentstream.events import (
     ToolResult,
 )
 from agentstream.workflows.blocks import Services, run_block
-from agentstream.workflows.definition import ConditionBlock, Edge, ResponseBlock, Workflow
+from agentstream.workflows.definition import ConditionBlock, ResponseBlock, Workflow
 from agentstream.workflows.errors import WorkflowInvalid
 from agentstream.workflows.events import (
     BlockChunk,
@@ -213,11 +213,11 @@ class Execution:
             await self._emit(BlockOutput, block_id=block_id, output=output)
             await self._emit(BlockCompleted, block_id=block_id)
             branch = output.get("branch") if isinstance(block, ConditionBlock) else None
-            taken = [e for e in edges if e.on == "success" and e.branch == branch]
+            taken = {e.target for e in edges if e.on == "success" and e.branch == branch}
         elif self._graph.handles_errors(block_id):
             self._outputs[block_id] = {"error": error}
             await self._emit(BlockError, block_id=block_id, error=error, handled=True)
-            taken = [e for e in edges if e.on == "error"]
+            taken = {e.target for e in edges if e.on == "error"}
         else:
             await self._emit(BlockError, block_id=block_id, error=error, handled=False)
             self._failure = self._failure or (block_id, error)
@@ -225,16 +225,17 @@ class Execution:
             return
         await self._settle(group, block_id, taken)
 
-    async def _settle(self, group: TaskGroup, block_id: str, taken: list[Edge]) -> None:
-        """Settle the edges out of ``block_id``; start the blocks that became due, skip
-        those no taken edge leads into (and settle theirs in turn)."""
+    async def _settle(self, group: TaskGroup, block_id: str, taken: set[str]) -> None:
+        """Settle the edges out of ``block_id`` (those into ``taken`` blocks were taken);
+        start the blocks that became due, skip those no taken edge leads into (and settle
+        theirs in turn)."""
         todo = [(block_id, taken)]
         while todo:
             source, taken = todo.pop()
             for edge in self._graph.outgoing[source]:
                 target = edge.target
                 self._unsettled[target] -= 1
-                if edge in taken:
+                if target in taken:
                     self._taken.add(target)
                 if self._unsettled[target] > 0:
                     continue
@@ -243,7 +244,7 @@ class Execution:
                 else:
                     self._outputs[target] = None
                     await self._emit(BlockSkipped, block_id=target)
-                    todo.append((target, []))
+                    todo.append((target, set()))
 
     def _result(self) -> Any:
         """The output of the response block that ran; of several, an object by block id."""
