@@ -40,5 +40,6 @@ check: lint typecheck test
 docs: install  ## regenerate docs/models.md from the model registry
 	$(BIN)/python -m agentstream.providers.catalog > docs/models.md
 
-bench: install
+bench: install  ## every scenario beside its baseline; writes docs/benchmarks.{md,json}
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench

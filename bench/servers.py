@@ -1,24 +1,107 @@
 """Benchmark servers, each in its own process: ``python -m bench.servers KIND PORT ...``.
 
-- ``agentstream PORT DATA_DIR``: the real app, demo agent, unpaced offline model.
-- ``baseline PORT FRAMES_FILE``: a bare Starlette StreamingResponse yielding the given
-  pre-encoded SSE frames one by one, which is what a hand-rolled endpoint would do.
+- ``agentstream PORT DATA_DIR``: the real app with the demo agent and two bench agents:
+  ``clock`` (tokens are the time they were yielded, for latency) and ``tools`` (one turn of
+  many tool calls, for a run with many persisted events). The offline model's pace comes
+  from ``AGENTSTREAM_OFFLINE_TOKEN_DELAY`` (default 0). ``GET /bench/sql`` counts the SQL
+  statements the process has executed, by verb.
+- ``baseline PORT [FRAMES_FILE]``: bare Starlette StreamingResponses, which is what a
+  hand-rolled endpoint would do: ``/stream`` yields the given pre-encoded SSE frames,
+  ``/paced`` yields delta frames at a pace, ``/replay`` a stored run's events.
+- ``pydantic-ai PORT DELAY`` and ``langgraph PORT DELAY``: the peers (``bench.peers``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import resource
+import sqlite3
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import uvicorn
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
+from agentstream.agents import AgentSpec
 from agentstream.config import Settings
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
 from agentstream.server import create_app
+from bench.peers import langgraph_app, pydantic_ai_app, word_count
+
+CLOCK_PACE = 0.001
+"""Seconds between the clock agent's tokens: paced, so each token travels on its own."""
+TOOL_CALLS = 497
+"""Calls in the tools agent's one turn: with the run's other events, 1,000 persisted."""
+
+
+class ClockModel:
+    """Streams "Write N words" as N tokens, each the Unix time in ns it was yielded at."""
+
+    name = "clock"
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
+        for _ in range(word_count(request.messages[-1].content)):
+            await asyncio.sleep(CLOCK_PACE)
+            yield TextPart(f" {time.time_ns()}")
+        yield TurnEndPart("end_turn")
+
+
+def tool_calls(request: ModelRequest) -> Iterator[ModelPart]:
+    """First turn: many calculator calls; once their results are in, a short answer."""
+    if request.messages[-1].role == "tool":
+        yield TextPart("Done.")
+        yield TurnEndPart("end_turn")
+        return
+    for index in range(TOOL_CALLS):
+        call_id = f"call_{index}"
+        yield ToolCallStartPart(call_id, "calculator")
+        yield ToolCallArgsPart(call_id, json.dumps({"expression": f"{index} + 1"}))
+        yield ToolCallEndPart(call_id)
+    yield TurnEndPart("tool_calls")
+
+
+def agentstream_app(data_dir: Path) -> Starlette:
+    os.environ.setdefault("AGENTSTREAM_OFFLINE_TOKEN_DELAY", "0")
+    statements: Counter[str] = Counter()
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def count(*args: Any) -> None:
+        statements[args[2].split(None, 1)[0].upper()] += 1
+
+    app = create_app(
+        Settings(data_dir=data_dir, demo=True),
+        models=[ClockModel(), ScriptedModel("tools", tool_calls)],
+        agents=[
+            AgentSpec(id="clock", model="clock"),
+            AgentSpec(id="tools", model="tools", tools=["calculator"], max_steps=2),
+        ],
+    )
+
+    @app.get("/bench/sql", include_in_schema=False)
+    async def sql() -> dict[str, int]:
+        return dict(statements)
+
+    return app
 
 
 def baseline_app(frames: list[bytes]) -> Starlette:
@@ -29,18 +112,58 @@ def baseline_app(frames: list[bytes]) -> Starlette:
 
         return StreamingResponse(frames_(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/stream", stream, methods=["POST"])])
+    async def paced(request: Request) -> StreamingResponse:
+        """``{"tokens": N, "delay": seconds, "clock": bool}``: delta frames at that pace."""
+        asked = await request.json()
+
+        async def frames_() -> AsyncIterator[bytes]:
+            for seq in range(1, asked["tokens"] + 1):
+                await asyncio.sleep(asked["delay"])
+                token = time.time_ns() if asked.get("clock") else f"word{seq}"
+                yield b'id: %d\ndata: {"event":"content_delta","delta":" %s"}\n\n' % (
+                    seq,
+                    str(token).encode(),
+                )
+            yield b'data: {"event":"complete"}\n\n'
+
+        return StreamingResponse(frames_(), media_type="text/event-stream")
+
+    async def replay(request: Request) -> StreamingResponse:
+        """``?db=PATH&run=ID``: a run's persisted events straight from SQLite, as SSE."""
+        with sqlite3.connect(request.query_params["db"]) as db:
+            rows = db.execute(
+                "SELECT seq, payload FROM run_events WHERE run_id = ? ORDER BY seq",
+                (request.query_params["run"],),
+            ).fetchall()
+        body = "".join(f"id: {seq}\ndata: {payload}\n\n" for seq, payload in rows)
+        return StreamingResponse(iter([body.encode()]), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[
+            Route("/stream", stream, methods=["POST"]),
+            Route("/paced", paced, methods=["POST"]),
+            Route("/replay", replay),
+        ]
+    )
 
 
 def main() -> None:
-    kind, port = sys.argv[1], int(sys.argv[2])
+    kind, port, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # thousands of streams
+    app: Starlette
     if kind == "agentstream":
-        settings = Settings(data_dir=Path(sys.argv[3]), demo=True, offline_token_delay=0.0)
-        app = create_app(settings)
-    else:
-        raw = Path(sys.argv[3]).read_bytes()
+        app = agentstream_app(Path(rest[0]))
+    elif kind == "baseline":
+        raw = Path(rest[0]).read_bytes() if rest else b""
         app = baseline_app([frame + b"\n\n" for frame in raw.split(b"\n\n") if frame])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    elif kind == "pydantic-ai":
+        app = pydantic_ai_app(float(rest[0]))
+    elif kind == "langgraph":
+        app = langgraph_app(float(rest[0]))
+    else:
+        raise SystemExit(f"unknown server kind {kind!r}")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
 
 
 if __name__ == "__main__":
