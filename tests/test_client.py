@@ -251,7 +251,7 @@ def test_api_key_defaults_to_env_then_demo_key_file(
 CANNED = (
     b'id: 1\ndata: {"event":"start","run_id":"run_1","session_id":"ses_1"}\n\n'
     b": keepalive\n\n"
-    b'id: 2\ndata: {"event":"delegation_start","entity":"x","task":"y"}\n\n'
+    b'id: 2\ndata: {"event":"from_a_newer_server","entity":"x","task":"y"}\n\n'
     b'id: 3\r\ndata: {"event":"content_delta","delta":"Hi"}\r\n\r\n'
     b'id: 4\ndata: {"event":"complete","run_id":"run_1","content":"Hi",'
     b'"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}\n\n'

@@ -10,6 +10,9 @@ from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
     ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
     EventAdapter,
     Reasoning,
     ReasoningDelta,
@@ -89,6 +92,25 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
         RunFailed(**META, status="timeout", message="late"),
         {"event": "error", "message": "late", "status": "timeout"},
     ),
+    (
+        DelegationStarted(**META, entity="e", entity_run_id="run_2", task="do"),
+        {"event": "delegation_start", "entity": "e", "entity_run_id": "run_2", "task": "do"},
+    ),
+    (
+        EntityChunk(**META, entity="e", entity_run_id="run_2", delta="Hi"),
+        {"event": "entity_chunk", "entity": "e", "entity_run_id": "run_2", "delta": "Hi"},
+    ),
+    (
+        DelegationCompleted(**META, entity="e", entity_run_id="run_2", status="error", error="no"),
+        {
+            "event": "delegation_complete",
+            "entity": "e",
+            "entity_run_id": "run_2",
+            "status": "error",
+            "content": None,
+            "error": "no",
+        },
+    ),
 ]
 
 
@@ -116,4 +138,4 @@ def test_events_round_trip_through_json(event: BaseEvent) -> None:
 
 def test_only_deltas_and_retractions_are_forwarded_only() -> None:
     forwarded_only = {type(e).__name__ for e, _ in CASES if not type(e).persisted}
-    assert forwarded_only == {"ReasoningDelta", "TextDelta", "TextRetracted"}
+    assert forwarded_only == {"EntityChunk", "ReasoningDelta", "TextDelta", "TextRetracted"}

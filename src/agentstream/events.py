@@ -16,6 +16,9 @@ __all__ = [
     "ApprovalRequested",
     "BaseEvent",
     "ContextHandlerCreated",
+    "DelegationCompleted",
+    "DelegationStarted",
+    "EntityChunk",
     "Event",
     "EventAdapter",
     "Reasoning",
@@ -248,6 +251,46 @@ class RunFailed(BaseEvent):
     """What happened, for a person."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _EntityScoped(BaseEvent):
+    entity: str
+    """The entity: the agent the coordinator delegated to."""
+    entity_run_id: str
+    """The entity's own run, which tells apart two delegations to one entity."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelegationStarted(_EntityScoped):
+    """The coordinator handed a task to one of its entities, which now runs."""
+
+    type: Literal["delegation_started"] = "delegation_started"
+    task: str
+    """What the coordinator asked: all the entity knows of the conversation."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntityChunk(_EntityScoped):
+    """A piece of an entity's answer text, live."""
+
+    persisted: ClassVar[bool] = False
+    type: Literal["entity_chunk"] = "entity_chunk"
+    delta: str
+    """The new text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelegationCompleted(_EntityScoped):
+    """An entity's run ended; what it answered is what the coordinator's tool call returns."""
+
+    type: Literal["delegation_completed"] = "delegation_completed"
+    status: Literal["completed"] | FailureStatus
+    """How the entity's run ended."""
+    content: str | None = None
+    """The entity's answer, when it completed."""
+    error: str | None = None
+    """Why it did not answer, otherwise."""
+
+
 Event = Annotated[
     RunStarted
     | StepStarted
@@ -264,7 +307,10 @@ Event = Annotated[
     | RunPaused
     | StepCompleted
     | RunCompleted
-    | RunFailed,
+    | RunFailed
+    | DelegationStarted
+    | EntityChunk
+    | DelegationCompleted,
     Field(discriminator="type"),
 ]
 """Any canonical event."""

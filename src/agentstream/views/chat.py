@@ -16,8 +16,11 @@ from typing import Any
 
 from agentstream.events import (
     ApprovalRequested,
-    ContextHandlerCreated,
     BaseEvent,
+    ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -183,8 +186,11 @@ class ChatView:
                 | StepCompleted()
                 | ApprovalRequested()
                 | ContextHandlerCreated()
+                | DelegationStarted()
+                | EntityChunk()
+                | DelegationCompleted()
             ):
-                pass
+                pass  # an orchestration's entities work behind its delegation tool calls
             case _:
                 raise TypeError(f"No chat frame rule for {type(event).__name__}")
         return []

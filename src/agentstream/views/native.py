@@ -15,6 +15,9 @@ from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
     ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -51,6 +54,13 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
             return {"event": "content_delta", "delta": delta}
         case ReasoningDelta(delta=delta):
             return {"event": "reasoning_delta", "delta": delta}
+        case EntityChunk(entity=entity, entity_run_id=entity_run_id, delta=delta):
+            return {
+                "event": "entity_chunk",
+                "entity": entity,
+                "entity_run_id": entity_run_id,
+                "delta": delta,
+            }
         case RunStarted(run_id=run_id, session_id=session_id):
             return {"event": "start", "run_id": run_id, "session_id": session_id}
         case StepStarted(step=step):
@@ -92,6 +102,24 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
                 "event": "context_handler_created",
                 "tool_call_id": call_id,
                 "context_handler_id": handler_id,
+            }
+        case DelegationStarted(entity=entity, entity_run_id=entity_run_id, task=task):
+            return {
+                "event": "delegation_start",
+                "entity": entity,
+                "entity_run_id": entity_run_id,
+                "task": task,
+            }
+        case DelegationCompleted(
+            entity=entity, entity_run_id=entity_run_id, status=status, content=content, error=error
+        ):
+            return {
+                "event": "delegation_complete",
+                "entity": entity,
+                "entity_run_id": entity_run_id,
+                "status": status,
+                "content": content,
+                "error": error,
             }
         case RunPaused():
             return None  # approval_requested said it; the stream then ends until approved
@@ -179,6 +207,32 @@ class ContextHandlerCreatedFrame(_Frame):
     """Its citations: ``GET /api/context-handlers/{context_handler_id}``."""
 
 
+class DelegationStartFrame(_Frame):
+    event: Literal["delegation_start"]
+    entity: str
+    """The agent delegated to."""
+    entity_run_id: str
+    """Its own run: ``GET /api/agents/runs/{entity_run_id}`` has all it did."""
+    task: str
+
+
+class EntityChunkFrame(_Frame):
+    event: Literal["entity_chunk"]
+    entity: str
+    entity_run_id: str
+    delta: str
+
+
+class DelegationCompleteFrame(_Frame):
+    event: Literal["delegation_complete"]
+    entity: str
+    entity_run_id: str
+    status: Literal["completed", "error", "timeout", "cancelled", "interrupted"]
+    content: str | None
+    """The entity's answer, when it completed: the result of the coordinator's tool call."""
+    error: str | None
+
+
 class StepCompletedFrame(_Frame):
     event: Literal["step_completed"]
     step: int
@@ -217,6 +271,9 @@ NativeFrame = Annotated[
     | ToolResultFrame
     | ApprovalRequestedFrame
     | ContextHandlerCreatedFrame
+    | DelegationStartFrame
+    | EntityChunkFrame
+    | DelegationCompleteFrame
     | StepCompletedFrame
     | CompleteFrame
     | ErrorFrame,
