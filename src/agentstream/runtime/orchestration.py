@@ -1,0 +1,145 @@
+"""Orchestration: a coordinator agent whose tools are other agents, its entities.
+
+An agent with ``delegates`` gets a ``delegate_to_<entity>`` tool for each. A call starts the
+entity as a run of its own (recorded, replayable, cancellable by id), forwards its answer
+text live into the coordinator's run, and returns its answer as the tool's result, which
+the coordinator's model reads to synthesise. Calls made in one turn run concurrently, like
+every tool call. Cancelling the coordinator cancels each entity run and waits for it to
+record its ending, so no entity outlives its coordinator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+
+from agentstream.agents import AgentSpec
+from agentstream.errors import NotFound, RunError, UserError
+from agentstream.events import (
+    BaseEvent,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    TextDelta,
+)
+from agentstream.runlog import Subscription
+from agentstream.runtime.context import RunContext
+from agentstream.runtime.tools import Tool
+from agentstream.store import Store
+from agentstream.store.store import StoredAgent
+
+if TYPE_CHECKING:
+    from agentstream.runtime.runs import RunManager
+
+__all__ = ["EntityFailed", "delegate_tools", "resolve_entities"]
+
+_TOOL_PREFIX = "delegate_to_"
+"""A delegation tool is named this, then the entity's id."""
+_TASK = "The whole task, with all it needs to know: the agent sees nothing else."
+_STOP_WAIT = 10.0
+"""Seconds a cancelled entity gets to record its ending before the coordinator goes on."""
+
+
+class EntityFailed(RunError):
+    """An entity's run ended without an answer; the coordinator's model reads why."""
+
+
+async def resolve_entities(store: Store, coordinator: AgentSpec) -> dict[str, StoredAgent]:
+    """The coordinator's entities as stored now, pinned for its run.
+
+    Refuses an entity that does not exist, and delegations that lead back to the
+    coordinator: each entity would start the next run, without end.
+    """
+    entities: dict[str, StoredAgent] = {}
+    for entity_id in coordinator.delegates:
+        stored = await store.get_agent(entity_id)
+        if stored is None:
+            raise NotFound(
+                f"Agent {coordinator.id!r} delegates to {entity_id!r}, which does not exist",
+                field="delegates",
+            )
+        entities[entity_id] = stored
+    seen = set(entities)
+    reachable = [stored.spec for stored in entities.values()]
+    while reachable:
+        spec = reachable.pop()
+        if coordinator.id in spec.delegates:
+            raise UserError(
+                f"Agent {coordinator.id!r} delegates to {spec.id!r}, which delegates back to it",
+                field="delegates",
+            )
+        for entity_id in set(spec.delegates) - seen:
+            seen.add(entity_id)
+            if (stored := await store.get_agent(entity_id)) is not None:
+                reachable.append(stored.spec)
+    return entities
+
+
+def delegate_tools(
+    runs: RunManager, ctx: RunContext, entities: Mapping[str, StoredAgent]
+) -> list[Tool]:
+    """One tool per entity, delegating from the coordinator's run ``ctx``."""
+    return [_delegate_tool(runs, ctx, entity) for entity in entities.values()]
+
+
+def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> Tool:
+    async def delegate(task: Annotated[str, _TASK]) -> str:
+        return await _delegate(runs, ctx, entity, task)
+
+    spec = entity.spec
+    purpose = " ".join(spec.instructions.split())[:300]
+    return Tool.from_function(
+        delegate,
+        name=_TOOL_PREFIX + spec.id,
+        description=f"Hand a task to the agent {spec.name or spec.id!r} and get its answer. "
+        f"Its instructions: {purpose}",
+    )
+
+
+async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
+    started = await runs.start(entity, task)
+    scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
+    subscription = runs.log.subscribe(started.run_id)
+    try:
+        await ctx.emit(DelegationStarted, **scope, task=task)
+        last = await _follow(ctx, subscription, scope)
+    except BaseException:  # cancelled, most likely: the entity must not outlive the call
+        with anyio.move_on_after(_STOP_WAIT, shield=True):
+            stopped = runs.cancel(started.run_id, "Cancelled with its coordinator's run")
+            if stopped is not None:
+                await stopped.wait()
+            await ctx.emit(DelegationCompleted, **scope, status="cancelled", error="Run cancelled")
+        raise
+    finally:
+        subscription.close()
+    match last:
+        case RunCompleted(content=content):
+            await ctx.emit(DelegationCompleted, **scope, status="completed", content=content)
+            return content
+        case RunFailed(status=status, message=message):
+            error = message
+        case RunPaused():
+            await runs.cancel_paused(started.run_id)
+            status, error = "cancelled", "It waited for an approval, which a delegation cannot"
+        case _:
+            status, error = "interrupted", "Its run ended without an outcome"
+    await ctx.emit(DelegationCompleted, **scope, status=status, error=error)
+    raise EntityFailed(f"Agent {entity.spec.id!r} did not answer ({status}): {error}")
+
+
+async def _follow(
+    ctx: RunContext, subscription: Subscription, scope: Mapping[str, Any]
+) -> BaseEvent | None:
+    """Forward the entity's answer text until its run's live part ends; its last event."""
+    last: BaseEvent | None = None
+    while batch := await subscription.next_batch():
+        for event in batch:
+            if isinstance(event, TextDelta):
+                await ctx.emit(EntityChunk, **scope, delta=event.delta)
+        last = batch[-1]
+    return last
