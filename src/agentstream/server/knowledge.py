@@ -16,7 +16,7 @@ from agentstream.errors import Conflict, NotFound
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.store.knowledge import KnowledgeBase, StoredDocument
+from agentstream.store.knowledge import Citation, KnowledgeBase, StoredDocument
 
 __all__ = ["DOCUMENT_UPLOADS", "router"]
 
@@ -47,18 +47,8 @@ class KnowledgeBaseOut(BaseModel):
     created_at: datetime
 
 
-class DocumentOut(BaseModel):
-    id: str
-    knowledge_base_id: str
-    name: str
-    media_type: str
-    characters: int
-    chunk_count: int
-    created_at: datetime
-
-
 class KnowledgeBaseDetail(KnowledgeBaseOut):
-    document_list: list[DocumentOut]
+    document_list: list[StoredDocument]
 
 
 class SearchRequest(BaseModel):
@@ -68,28 +58,9 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=5, ge=1, le=50)
 
 
-class CitationOut(BaseModel):
-    number: int
-    """As the answer cites it: ``[1]`` is number 1."""
-    knowledge_base_id: str
-    document_id: str
-    document_name: str
-    chunk_id: int
-    position: int
-    """The passage's place in its document, from 0."""
-    page: int | None
-    """For a PDF, the page, from 1."""
-    start: int
-    """Character offsets of the passage in the document's text."""
-    end: int
-    score: float
-    """Cosine similarity to the query."""
-    text: str
-
-
 class SearchResults(BaseModel):
     query: str
-    results: list[CitationOut]
+    results: list[Citation]
 
 
 class ContextHandlerOut(BaseModel):
@@ -97,7 +68,7 @@ class ContextHandlerOut(BaseModel):
     run_id: str
     tool_call_id: str
     query: str
-    citations: list[CitationOut]
+    citations: list[Citation]
     created_at: datetime
 
 
@@ -118,9 +89,7 @@ async def list_knowledge_bases(svc: Svc) -> list[KnowledgeBaseOut]:
 async def get_knowledge_base(kb_id: str, svc: Svc) -> KnowledgeBaseDetail:
     base = await svc.knowledge.base(kb_id)
     documents = await svc.knowledge.store.list_documents(kb_id)
-    return KnowledgeBaseDetail(
-        **_base(base).model_dump(), document_list=[_document(d) for d in documents]
-    )
+    return KnowledgeBaseDetail(**_base(base).model_dump(), document_list=documents)
 
 
 @router.delete("/api/knowledge-bases/{kb_id}", status_code=204)
@@ -136,7 +105,7 @@ async def add_document(
     svc: Svc,
     file: Annotated[UploadFile, File(description="A .txt, .md or .pdf file")],
     name: Annotated[str | None, Form(max_length=300)] = None,
-) -> DocumentOut:
+) -> StoredDocument:
     """Upload a document (multipart ``file``): it is extracted, chunked and embedded, and is
     searchable once this returns."""
     filename = name or file.filename or "document"
@@ -145,7 +114,7 @@ async def add_document(
     document = await svc.knowledge.add_document(
         kb_id, name=filename, media_type=media_type, data=data
     )
-    return _document(document)
+    return document
 
 
 @router.delete("/api/knowledge-bases/{kb_id}/documents/{document_id}", status_code=204)
@@ -158,7 +127,7 @@ async def delete_document(kb_id: str, document_id: str, svc: Svc) -> Response:
 @router.post("/api/knowledge-bases/{kb_id}/search")
 async def search(kb_id: str, body: SearchRequest, svc: Svc) -> SearchResults:
     citations = await svc.knowledge.search([kb_id], body.query, top_k=body.top_k)
-    return SearchResults(query=body.query, results=[CitationOut(**asdict(c)) for c in citations])
+    return SearchResults(query=body.query, results=citations)
 
 
 @router.get("/api/context-handlers/{handler_id}")
@@ -172,14 +141,10 @@ async def get_context_handler(handler_id: str, svc: Svc) -> ContextHandlerOut:
         run_id=handler.run_id,
         tool_call_id=handler.call_id,
         query=handler.query,
-        citations=[CitationOut(**asdict(c)) for c in handler.citations],
+        citations=handler.citations,
         created_at=handler.created_at,
     )
 
 
 def _base(base: KnowledgeBase) -> KnowledgeBaseOut:
     return KnowledgeBaseOut(**asdict(base))
-
-
-def _document(document: StoredDocument) -> DocumentOut:
-    return DocumentOut(**asdict(document))
