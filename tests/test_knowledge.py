@@ -188,7 +188,8 @@ def test_context_handler_is_replayed_and_forgotten_with_its_session(server: Live
 
         with client.stream("GET", f"/api/agents/runs/{run_id}/stream") as replay:
             replayed = [line for line in replay.iter_lines() if "context_handler_created" in line]
-        assert len(replayed) == 1 and handler_id in replayed[0]
+        assert len(replayed) == 1
+        assert handler_id in replayed[0]
 
         assert client.delete(f"/api/sessions/{session_id}").status_code == 204
         assert client.get(f"/api/context-handlers/{handler_id}").status_code == 404

@@ -4,18 +4,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from agentstream.deployments import DeploymentCreate, reject_null
 
-__all__ = ["AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
+__all__ = ["AgentId", "AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
 
 AgentId = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,99}$"), Field(examples=["demo"])
 ]
+EntityId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,51}$")]
+"""An agent id short enough for its ``delegate_to_<id>`` tool name (64 characters at most)."""
 
 
 class AgentUpdate(BaseModel):
@@ -31,6 +40,8 @@ class AgentUpdate(BaseModel):
     tools: list[str] | None = None
     model_settings: dict[str, Any] | None = None
     approval_required: list[str] | None = None
+    knowledge_bases: list[str] | None = None
+    delegates: list[EntityId] | None = None
     reasoning: bool | None = None
     max_steps: int | None = Field(default=None, ge=1, le=100)
     timeout_seconds: float | None = Field(default=None, gt=0, le=86_400)
@@ -53,12 +64,23 @@ class AgentSpec(BaseModel):
     """Options for the provider, e.g. ``max_tokens`` or ``thinking_budget``."""
     approval_required: list[str] = Field(default_factory=list)
     """Tools whose calls wait for a person to approve them (``POST .../approve``)."""
+    knowledge_bases: list[str] = Field(default_factory=list)
+    """Ids of knowledge bases the agent searches with its ``knowledge_search`` tool."""
+    delegates: list[EntityId] = Field(default_factory=list)
+    """Agents this one coordinates (an orchestration): it gets a ``delegate_to_<id>`` tool
+    for each, which runs that agent on a task and returns its answer."""
     reasoning: bool = False
     """Request the model's reasoning by default; a run request may override it."""
     max_steps: int = Field(default=8, ge=1, le=100)
     """Model turns per run before it stops with an error."""
     timeout_seconds: float = Field(default=300.0, gt=0, le=86_400)
     """Execution timeout: past it the run ends with status ``timeout``."""
+
+    @model_validator(mode="after")
+    def _delegates_to_others(self) -> Self:
+        if self.id in self.delegates:
+            raise ValueError(f"Agent {self.id!r} cannot delegate to itself")
+        return self
 
     def updated(self, update: AgentUpdate) -> AgentSpec:
         """This agent with the update applied, validated as a whole."""

@@ -3,7 +3,8 @@
 It needs no network or key, so the demo and every test run anywhere. It reads the last
 user message, calls the agent's tools when the message asks for arithmetic or the time,
 answers from the tool results, thinks aloud when reasoning is requested, and streams
-token by token at a configurable pace.
+token by token at a configurable pace. As an orchestration's coordinator it hands the
+question to every entity at once, then puts their answers together.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 from agentstream.events import Usage
 from agentstream.providers.base import (
@@ -40,6 +42,9 @@ _SCANNED = 1_000
 _MAX_WORDS = 20_000
 _TIME_WORDS = re.compile(r"\b(time|date|clock|today|day is it)\b", re.IGNORECASE)
 _RECALL = re.compile(r"\b(earlier|before|previous(ly)?)\b", re.IGNORECASE)
+_DELEGATE = "delegate_to_"
+"""How the orchestration runtime names the tool that hands a task to another agent."""
+_SENTENCE = re.compile(r".{1,300}?[.!?](?=\s|$)", re.DOTALL)
 _WORD_COUNT = re.compile(r"\b(?:write|stream|say)\s+(\d{1,6})\s+(?:words|tokens)\b", re.IGNORECASE)
 
 
@@ -129,6 +134,9 @@ def _tool_calls_for(question: str, tools: Sequence[ToolSpec]) -> list[tuple[str,
         calls.append(("calculator", {"expression": match.group().strip()}))
     if "current_time" in available and _TIME_WORDS.search(question[:_SCANNED]):
         calls.append(("current_time", {"timezone": "UTC"}))
+    calls += [(t.name, {"task": question}) for t in tools if t.name.startswith(_DELEGATE)]
+    if "knowledge_search" in available and not calls:
+        calls.append(("knowledge_search", {"query": question.strip()[:_SCANNED]}))
     return calls
 
 
@@ -176,10 +184,31 @@ def _describe(name: str, result: str) -> str:
         value = json.loads(result)
     except ValueError:
         value = result
+    if name.startswith(_DELEGATE):
+        entity = name.removeprefix(_DELEGATE)
+        failed = isinstance(value, dict) and "error" in value
+        return f"{entity} could not answer." if failed else f"{entity}: {value}"
     if isinstance(value, dict) and "error" in value:
         return f"The {name} tool failed: {value['error']}"
     if name == "calculator":
         return f"The answer is {value}."
     if name == "current_time":
         return f"The current time is {value}."
+    if name == "knowledge_search":
+        return _cite(value["passages"])
     return f"The {name} tool returned {value}."
+
+
+def _cite(passages: list[dict[str, Any]]) -> str:
+    """The opening sentence of the two best passages, each with its citation number."""
+    if not passages:
+        return "The knowledge base has nothing on that."
+    quoted = [f"{_first_sentence(p['text'])} [{p['number']}]" for p in passages[:2]]
+    return "From the knowledge base: " + " ".join(quoted)
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(line for line in text.split("\n") if not line.startswith("#"))
+    text = " ".join(text.split())
+    found = _SENTENCE.match(text)
+    return found[0] if found else text[:300]

@@ -30,6 +30,8 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
+from agentstream.knowledge.service import Knowledge
+from agentstream.knowledge.tool import knowledge_search_tool
 from agentstream.providers.base import Model
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runlog import RunLog
@@ -42,6 +44,7 @@ from agentstream.runtime.agent import (
     run_agent,
 )
 from agentstream.runtime.context import RunContext
+from agentstream.runtime.orchestration import delegate_tools, resolve_entities
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
 from agentstream.store.store import StoredAgent
@@ -73,12 +76,19 @@ class RunManager:
     interrupts the runs still going."""
 
     def __init__(
-        self, *, store: Store, log: RunLog, models: ModelRegistry, tools: ToolRegistry
+        self,
+        *,
+        store: Store,
+        log: RunLog,
+        models: ModelRegistry,
+        tools: ToolRegistry,
+        knowledge: Knowledge | None = None,
     ) -> None:
         self.store = store
         self.log = log
         self.models = models
         self.tools = tools
+        self.knowledge = knowledge
         self._live: dict[str, _LiveRun] = {}
         self._by_session: dict[str, _LiveRun] = {}
         self._group: TaskGroup | None = None
@@ -126,6 +136,7 @@ class RunManager:
                 )
         reasoning = spec.reasoning if reasoning is None else reasoning
         model = self.models.get(spec.model)  # raises now if it cannot run here
+        entities = await resolve_entities(self.store, spec)
         if not new_session and await self.store.session_paused(session_id):
             raise Conflict(
                 f"Session {session_id!r} has a run waiting for approval: decide on it first",
@@ -157,7 +168,9 @@ class RunManager:
             self._release(session_id, live)
             raise
         state = AgentState.begin(spec, history, message)
-        self._launch(run_id, session_id, spec, model, reasoning, state, seq=0, first=started)
+        self._launch(
+            run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=started
+        )
         return StartedRun(run_id=run_id, session_id=session_id)
 
     async def resume(self, run_id: str) -> bool:
@@ -175,6 +188,7 @@ class RunManager:
         spec = AgentSpec.model_validate(saved["agent"])
         self.check_agent(spec)
         model = self.models.get(spec.model)
+        entities = await resolve_entities(self.store, spec)
         if (previous := self._live.get(run_id)) is not None:  # the pausing task, finishing up
             with anyio.move_on_after(10):
                 await previous.done.wait()
@@ -193,6 +207,7 @@ class RunManager:
             model,
             saved["reasoning"],
             AgentStateAdapter.validate_python(saved["loop"]),
+            entities,
             seq=paused.last_seq,
             usage=paused.usage,
             decisions=decisions,
@@ -231,6 +246,7 @@ class RunManager:
         model: Model,
         reasoning: bool,
         state: AgentState,
+        entities: Mapping[str, StoredAgent],
         *,
         seq: int,
         first: BaseEvent | None = None,
@@ -238,10 +254,10 @@ class RunManager:
         decisions: Mapping[str, Decision] | None = None,
     ) -> None:
         """Run (or continue after ``seq``) the agent as a task of its own, under the execution
-        timeout. ``first``, already stored, is published before anything else."""
+        timeout, with a delegation tool per entity. ``first``, already stored, is published
+        before anything else."""
         assert self._group is not None
         live = self._by_session[session_id]
-        tools = self.tools.select(spec.tools)
         ctx = RunContext(
             run_id,
             log=self.log,
@@ -250,6 +266,9 @@ class RunManager:
             seq=seq + (first is not None),
             usage=usage,
         )
+        tools = [*self.tools.select(spec.tools), *delegate_tools(self, ctx, entities)]
+        if spec.knowledge_bases and self.knowledge is not None:
+            tools.append(knowledge_search_tool(self.knowledge, spec.knowledge_bases))
         self.log.open(run_id, after=seq)
         if first is not None:
             ctx.publish(first)
@@ -292,6 +311,8 @@ class RunManager:
         if unknown := [name for name in spec.tools if name not in self.tools]:
             available = ", ".join(self.tools.names())
             raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
+        if spec.knowledge_bases and self.knowledge is None:
+            raise UserError("This server has no knowledge bases", field="knowledge_bases")
 
     async def forget_session(self, session_id: str) -> bool:
         """Delete a session with its runs; holds the session meanwhile, so no run starts in
