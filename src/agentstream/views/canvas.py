@@ -1,0 +1,232 @@
+"""The canvas execution-events surface (spec 000 "Canvas (draft Run)"): what the builder's
+run view shows of one workflow execution.
+
+The canvas is always opted in: no header, no deployment toggles. Every frame is
+``{"type", "timestamp", "executionId", "workflowId", "eventId", "data"}`` where ``eventId``
+is the seq of the workflow event it came from; one event gives at most one frame, so
+``eventId`` is unique and a client can resume after it.
+
+Rules:
+
+- Answer text goes out live as ``stream:chunk``; ``stream:chunk_reset`` discards a block's
+  provisional text; ``stream:done`` marks the end of a block's live stream (only for a block
+  that streamed). Settled ``block_chunk`` events are not shown: the live deltas already were.
+- Thinking goes out live as ``stream:thinking``, capped per block at ``THINKING_CAP``.
+  Replayed executions have no deltas, only assembled segments: those are shown instead.
+- ``stream:tool`` carries name and lifecycle only, never arguments or results.
+- A block's output arrives once, in ``block:completed`` (the frame of ``block_completed``;
+  ``block_output`` only records it). Skipped blocks get ``block:skipped``.
+- PII redaction on a block's output disables live forwarding for that block: no
+  ``stream:chunk`` / ``stream:chunk_reset`` / ``stream:thinking`` / ``stream:done`` for it;
+  its output and error arrive redacted, and so does the execution's result once a redacted
+  block has completed (a response block may quote it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentstream import sse
+from agentstream.redaction import redact as default_redact
+from agentstream.views.chat import THINKING_CAP
+from agentstream.workflows.events import (
+    BlockChunk,
+    BlockChunkReset,
+    BlockCompleted,
+    BlockContentDelta,
+    BlockError,
+    BlockOutput,
+    BlockReasoning,
+    BlockReasoningDelta,
+    BlockSkipped,
+    BlockStarted,
+    BlockTool,
+    WorkflowCancelled,
+    WorkflowComplete,
+    WorkflowError,
+    WorkflowEventBase,
+    WorkflowStart,
+)
+
+__all__ = ["CanvasPolicy", "CanvasView", "encode_frame", "redact_value"]
+
+Frame = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanvasPolicy:
+    """Which blocks have PII redaction on their output, and the redaction to apply."""
+
+    redacted_blocks: Collection[str] = frozenset()
+    """Block ids whose output is redacted: nothing of them is forwarded live."""
+    redact: Callable[[str], str] = default_redact
+
+
+def redact_value(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` with every string in it (keys excepted) redacted."""
+    match value:
+        case str():
+            return redact(value)
+        case dict():
+            return {k: redact_value(v, redact) for k, v in value.items()}
+        case list() | tuple():
+            return [redact_value(v, redact) for v in value]
+        case _:
+            return value
+
+
+@dataclass(slots=True)
+class _Block:
+    streamed: bool = False
+    """Live text or thinking went out: the block's stream needs a ``stream:done``."""
+    text_since_reset: bool = False
+    """Live text went out since the last reset: a ``chunk_reset`` has something to discard."""
+    thinking_sent: int = 0
+    segments: int = 0
+    """Reasoning segments settled so far; a new one starts on a new paragraph."""
+    segment_live: bool = False
+    """The current segment went out as deltas, so its assembled form is not shown again."""
+    output: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _State:
+    blocks: dict[str, _Block] = field(default_factory=dict)
+    redacted_ran: bool = False
+
+    def block(self, block_id: str) -> _Block:
+        return self.blocks.setdefault(block_id, _Block())
+
+
+class CanvasView:
+    """Translates one execution's workflow events into canvas frames, in order."""
+
+    def __init__(self, *, workflow_id: str, policy: CanvasPolicy | None = None) -> None:
+        self.workflow_id = workflow_id
+        self.policy = policy or CanvasPolicy()
+        self._state = _State()
+
+    def frames(self, event: WorkflowEventBase) -> list[Frame]:
+        """The frames for ``event``: none or one."""
+        data = self._data(event)
+        if data is None:
+            return []
+        kind, payload = data
+        return [
+            {
+                "type": kind,
+                "timestamp": _iso(event.ts),
+                "executionId": event.execution_id,
+                "workflowId": self.workflow_id,
+                "eventId": event.seq,
+                "data": payload,
+            }
+        ]
+
+    def _data(self, event: WorkflowEventBase) -> tuple[str, Frame] | None:
+        state, policy = self._state, self.policy
+        match event:
+            case WorkflowStart():
+                return "execution:started", {}
+            case BlockStarted(block_id=block_id, block_type=block_type):
+                state.block(block_id)
+                return "block:started", {"blockId": block_id, "blockType": block_type}
+            case BlockContentDelta(block_id=block_id, delta=delta):
+                if self._redacted(block_id) or not delta:
+                    return None
+                block = state.block(block_id)
+                block.streamed = block.text_since_reset = True
+                return "stream:chunk", {"blockId": block_id, "chunk": delta}
+            case BlockChunkReset(block_id=block_id):
+                block = state.block(block_id)
+                if not block.text_since_reset:
+                    return None
+                block.text_since_reset = False
+                return "stream:chunk_reset", {"blockId": block_id}
+            case BlockReasoningDelta(block_id=block_id, delta=delta):
+                if self._redacted(block_id):
+                    return None
+                block = state.block(block_id)
+                if not block.segment_live:
+                    block.segment_live = True
+                    if block.segments:
+                        delta = "\n\n" + delta
+                return self._thinking(block_id, block, delta)
+            case BlockReasoning(block_id=block_id, text=text):
+                block = state.block(block_id)
+                live, block.segment_live = block.segment_live, False
+                block.segments += 1
+                if live or self._redacted(block_id):
+                    return None
+                if block.segments > 1:
+                    text = "\n\n" + text
+                return self._thinking(block_id, block, text)
+            case BlockTool(block_id=block_id, phase=phase, call_id=call_id, name=name):
+                tool: Frame = {"blockId": block_id, "phase": phase, "id": call_id, "name": name}
+                if phase == "end" and event.status is not None:
+                    tool["status"] = event.status
+                return "stream:tool", tool
+            case BlockOutput(block_id=block_id, output=output):
+                block = state.block(block_id)
+                block.output = output
+                if not block.streamed:
+                    return None
+                block.streamed = False
+                return "stream:done", {"blockId": block_id}
+            case BlockCompleted(block_id=block_id):
+                completed: Frame = {"blockId": block_id}
+                recorded = state.block(block_id).output
+                if recorded is not None:
+                    if self._redacted(block_id):
+                        state.redacted_ran = True
+                        recorded = redact_value(recorded, policy.redact)
+                    completed["output"] = recorded
+                return "block:completed", completed
+            case BlockError(block_id=block_id, error=error, handled=handled):
+                if self._redacted(block_id):
+                    error = policy.redact(error)
+                return "block:error", {"blockId": block_id, "error": error, "handled": handled}
+            case BlockSkipped(block_id=block_id):
+                return "block:skipped", {"blockId": block_id}
+            case BlockChunk():
+                return None
+            case WorkflowComplete(result=result):
+                if state.redacted_ran:
+                    result = redact_value(result, policy.redact)
+                return "execution:completed", {"result": result}
+            case WorkflowError(error=error, block_id=block_id):
+                failed: Frame = {"error": error}
+                if block_id is not None:
+                    failed["blockId"] = block_id
+                    if self._redacted(block_id):
+                        failed["error"] = policy.redact(error)
+                return "execution:error", failed
+            case WorkflowCancelled(reason=reason):
+                return "execution:cancelled", {"reason": reason}
+            case _:
+                raise TypeError(f"No canvas frame rule for {type(event).__name__}")
+
+    def _redacted(self, block_id: str) -> bool:
+        return block_id in self.policy.redacted_blocks
+
+    def _thinking(self, block_id: str, block: _Block, text: str) -> tuple[str, Frame] | None:
+        room = THINKING_CAP - block.thinking_sent
+        if room <= 0 or not text:
+            return None
+        text = text[:room]
+        block.thinking_sent += len(text)
+        block.streamed = True
+        return "stream:thinking", {"blockId": block_id, "text": text}
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_frame(frame: Frame) -> str:
+    """One canvas frame as SSE text: an ``id:`` line (the event id) and one ``data:`` line."""
+    return sse.encode(json.dumps(frame, separators=(",", ":")), id=frame.get("eventId"))

@@ -1,0 +1,401 @@
+"""The canvas execution-events view (spec 000 "Canvas (draft Run)"): frame shapes for every
+workflow event, order, the PII redaction rule, tool secrecy and the thinking cap."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentstream.agents import AgentSpec
+from agentstream.providers.catalog import load_catalog
+from agentstream.providers.registry import ModelRegistry
+from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
+from agentstream.runtime.tools import ToolRegistry
+from agentstream.sse import SSEDecoder
+from agentstream.views.canvas import CanvasPolicy, CanvasView, encode_frame
+from agentstream.views.chat import THINKING_CAP
+from agentstream.workflows import RuntimeAgentRunner, WorkflowEngine, parse_workflow
+from agentstream.workflows.events import (
+    BlockChunk,
+    BlockChunkReset,
+    BlockCompleted,
+    BlockContentDelta,
+    BlockError,
+    BlockOutput,
+    BlockReasoning,
+    BlockReasoningDelta,
+    BlockSkipped,
+    BlockStarted,
+    BlockTool,
+    WorkflowCancelled,
+    WorkflowComplete,
+    WorkflowError,
+    WorkflowEventBase,
+    WorkflowStart,
+)
+
+EXE = "wfx_1"
+TS = 1_700_000_000.25
+STAMP = "2023-11-14T22:13:20.250Z"
+
+
+class Events:
+    """Builds an execution's events with consecutive seqs."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def __call__(self, kind: type[WorkflowEventBase], **fields: Any) -> WorkflowEventBase:
+        self.seq += 1
+        return kind(execution_id=EXE, seq=self.seq, ts=TS, **fields)
+
+
+def render(events: list[WorkflowEventBase], policy: CanvasPolicy | None = None) -> list[Any]:
+    view = CanvasView(workflow_id="wf", policy=policy)
+    return [frame for event in events for frame in view.frames(event)]
+
+
+def frame(kind: str, seq: int, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "timestamp": STAMP,
+        "executionId": EXE,
+        "workflowId": "wf",
+        "eventId": seq,
+        "data": data,
+    }
+
+
+def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[WorkflowEventBase]:
+    """A live agent block: preamble text retracted, a tool call, thinking, then the answer."""
+    return [
+        e(BlockStarted, block_id=block_id, block_type="agent"),
+        e(BlockContentDelta, block_id=block_id, delta="Let me look."),
+        e(BlockChunkReset, block_id=block_id),
+        e(
+            BlockTool,
+            block_id=block_id,
+            phase="start",
+            call_id="c1",
+            name="calculator",
+            arguments={"expression": "SECRET_ARG"},
+        ),
+        e(
+            BlockTool,
+            block_id=block_id,
+            phase="end",
+            call_id="c1",
+            name="calculator",
+            status="success",
+            result="SECRET_RESULT",
+        ),
+        e(BlockReasoningDelta, block_id=block_id, delta="Mail bob@example.com "),
+        e(BlockReasoningDelta, block_id=block_id, delta="now."),
+        e(BlockReasoning, block_id=block_id, text="Mail bob@example.com now."),
+        e(BlockContentDelta, block_id=block_id, delta=answer[:3]),
+        e(BlockContentDelta, block_id=block_id, delta=answer[3:]),
+        e(BlockChunk, block_id=block_id, delta=answer),
+        e(BlockOutput, block_id=block_id, output={"content": answer}),
+        e(BlockCompleted, block_id=block_id),
+    ]
+
+
+def test_every_event_of_a_live_agent_block_and_the_execution() -> None:
+    e = Events()
+    events = [
+        e(WorkflowStart, workflow_id="wf"),
+        e(BlockStarted, block_id="start", block_type="start"),
+        e(BlockOutput, block_id="start", output={"input": "hi"}),
+        e(BlockCompleted, block_id="start"),
+        *agent_block(e, "ask"),
+        e(BlockSkipped, block_id="other"),
+        e(WorkflowComplete, result={"answer": "Hi there"}),
+    ]
+    assert render(events) == [
+        frame("execution:started", 1, {}),
+        frame("block:started", 2, {"blockId": "start", "blockType": "start"}),
+        frame("block:completed", 4, {"blockId": "start", "output": {"input": "hi"}}),
+        frame("block:started", 5, {"blockId": "ask", "blockType": "agent"}),
+        frame("stream:chunk", 6, {"blockId": "ask", "chunk": "Let me look."}),
+        frame("stream:chunk_reset", 7, {"blockId": "ask"}),
+        frame(
+            "stream:tool", 8, {"blockId": "ask", "phase": "start", "id": "c1", "name": "calculator"}
+        ),
+        frame(
+            "stream:tool",
+            9,
+            {
+                "blockId": "ask",
+                "phase": "end",
+                "id": "c1",
+                "name": "calculator",
+                "status": "success",
+            },
+        ),
+        frame("stream:thinking", 10, {"blockId": "ask", "text": "Mail bob@example.com "}),
+        frame("stream:thinking", 11, {"blockId": "ask", "text": "now."}),
+        frame("stream:chunk", 13, {"blockId": "ask", "chunk": "Hi "}),
+        frame("stream:chunk", 14, {"blockId": "ask", "chunk": "there"}),
+        frame("stream:done", 16, {"blockId": "ask"}),
+        frame("block:completed", 17, {"blockId": "ask", "output": {"content": "Hi there"}}),
+        frame("block:skipped", 18, {"blockId": "other"}),
+        frame("execution:completed", 19, {"result": {"answer": "Hi there"}}),
+    ]
+
+
+def test_errors_and_cancellation() -> None:
+    e = Events()
+    events = [
+        e(WorkflowStart, workflow_id="wf"),
+        e(BlockStarted, block_id="fetch", block_type="http"),
+        e(BlockError, block_id="fetch", error="HTTP 500", handled=True),
+        e(BlockStarted, block_id="calc", block_type="function"),
+        e(BlockError, block_id="calc", error="division by zero", handled=False),
+        e(WorkflowError, error="Block 'calc' failed: division by zero", block_id="calc"),
+    ]
+    assert render(events) == [
+        frame("execution:started", 1, {}),
+        frame("block:started", 2, {"blockId": "fetch", "blockType": "http"}),
+        frame("block:error", 3, {"blockId": "fetch", "error": "HTTP 500", "handled": True}),
+        frame("block:started", 4, {"blockId": "calc", "blockType": "function"}),
+        frame("block:error", 5, {"blockId": "calc", "error": "division by zero", "handled": False}),
+        frame(
+            "execution:error",
+            6,
+            {"error": "Block 'calc' failed: division by zero", "blockId": "calc"},
+        ),
+    ]
+    e = Events()
+    cancelled = [
+        e(WorkflowStart, workflow_id="wf"),
+        e(WorkflowError, error="Internal error"),
+    ]
+    assert render(cancelled)[1] == frame("execution:error", 2, {"error": "Internal error"})
+    e = Events()
+    stopped = [e(WorkflowStart, workflow_id="wf"), e(WorkflowCancelled, reason="Stopped")]
+    assert render(stopped)[1] == frame("execution:cancelled", 2, {"reason": "Stopped"})
+
+
+def test_a_reset_with_nothing_streamed_and_an_output_less_completion_send_nothing_extra() -> None:
+    e = Events()
+    events = [
+        e(BlockStarted, block_id="b", block_type="agent"),
+        e(BlockChunkReset, block_id="b"),
+        e(BlockContentDelta, block_id="b", delta=""),
+        e(BlockCompleted, block_id="b"),
+    ]
+    assert [f["type"] for f in render(events)] == ["block:started", "block:completed"]
+    assert render(events)[-1]["data"] == {"blockId": "b"}
+
+
+def test_replay_shows_assembled_thinking_once_per_segment_on_its_own_paragraph() -> None:
+    """Replay has only persisted events: no deltas, so the assembled segments are shown; live,
+    a segment that went out as deltas is not repeated, and the next starts a new paragraph."""
+    e = Events()
+    persisted = [
+        e(BlockStarted, block_id="b", block_type="agent"),
+        e(BlockReasoning, block_id="b", text="First."),
+        e(BlockTool, block_id="b", phase="start", call_id="c", name="t", arguments={"a": 1}),
+        e(BlockTool, block_id="b", phase="end", call_id="c", name="t", status="error", result=1),
+        e(BlockReasoning, block_id="b", text="Second."),
+        e(BlockOutput, block_id="b", output={"content": "ok"}),
+        e(BlockCompleted, block_id="b"),
+    ]
+    thinking = [f["data"]["text"] for f in render(persisted) if f["type"] == "stream:thinking"]
+    assert thinking == ["First.", "\n\nSecond."]
+
+    e = Events()
+    live = [
+        e(BlockReasoningDelta, block_id="b", delta="Fir"),
+        e(BlockReasoningDelta, block_id="b", delta="st."),
+        e(BlockReasoning, block_id="b", text="First."),
+        e(BlockReasoningDelta, block_id="b", delta="Second."),
+        e(BlockReasoning, block_id="b", text="Second."),
+    ]
+    thinking = [f["data"]["text"] for f in render(live)]
+    assert thinking == ["Fir", "st.", "\n\nSecond."]
+
+
+def test_thinking_is_capped_per_block_and_the_answer_is_not() -> None:
+    e = Events()
+    big = "x" * (THINKING_CAP - 10)
+    events = [
+        e(BlockReasoningDelta, block_id="a", delta=big),
+        e(BlockReasoningDelta, block_id="a", delta="y" * 25),
+        e(BlockReasoningDelta, block_id="a", delta="z"),
+        e(BlockReasoningDelta, block_id="b", delta="other block"),
+        e(BlockContentDelta, block_id="a", delta="answer"),
+    ]
+    frames = render(events)
+    assert [f["data"].get("text", f["data"].get("chunk")) for f in frames] == [
+        big,
+        "y" * 10,
+        "other block",
+        "answer",
+    ]
+
+
+def test_a_redacted_block_forwards_nothing_live_and_completes_redacted() -> None:
+    e = Events()
+    events = [
+        e(WorkflowStart, workflow_id="wf"),
+        *agent_block(e, "secret", answer="Write to bob@example.com"),
+        *agent_block(e, "open", answer="Write to ann@example.com"),
+        e(BlockError, block_id="secret", error="bad address bob@example.com", handled=True),
+        e(WorkflowComplete, result={"answer": "bob@example.com"}),
+    ]
+    policy = CanvasPolicy(redacted_blocks={"secret"})
+    frames = render(events, policy)
+    secret = [f for f in frames if f["data"].get("blockId") == "secret"]
+    assert [f["type"] for f in secret] == [
+        "block:started",
+        "stream:tool",
+        "stream:tool",
+        "block:completed",
+        "block:error",
+    ]
+    assert secret[3]["data"]["output"] == {"content": "Write to [EMAIL]"}
+    assert secret[4]["data"]["error"] == "bad address [EMAIL]"
+    assert "@example.com" not in json.dumps(secret)
+    assert frames[-1]["data"] == {"result": {"answer": "[EMAIL]"}}
+    # The other block is unaffected: live text, live thinking, output as is.
+    opened = [f for f in frames if f["data"].get("blockId") == "open"]
+    assert [f["type"] for f in render(agent_block(Events(), "open"))] == [f["type"] for f in opened]
+    assert opened[-1]["data"]["output"] == {"content": "Write to ann@example.com"}
+
+
+def test_the_result_is_not_redacted_when_no_redacted_block_ran() -> None:
+    e = Events()
+    events = [
+        e(BlockSkipped, block_id="secret"),
+        e(WorkflowComplete, result="ann@example.com"),
+    ]
+    frames = render(events, CanvasPolicy(redacted_blocks={"secret"}))
+    assert frames[-1]["data"] == {"result": "ann@example.com"}
+
+
+def test_frames_encode_as_sse_with_the_event_id() -> None:
+    e = Events()
+    (started,) = render([e(WorkflowStart, workflow_id="wf")])
+    text = encode_frame(started)
+    assert text.startswith("id: 1\ndata: {")
+    (event,) = SSEDecoder().feed(text.encode())
+    assert event.id == "1"
+    assert event.json() == started
+
+
+secret = st.integers(0, 10**6).map(lambda n: f"ARG{n}x")
+tool_events = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["start", "end"]),
+        secret,
+        st.sampled_from(["success", "error", "cancelled", None]),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(tools=tool_events, redacted=st.sets(st.sampled_from(["a", "b"])))
+def test_no_tool_frame_carries_arguments_or_results(
+    tools: list[tuple[str, str, str, str | None]], redacted: set[str]
+) -> None:
+    e = Events()
+    events = [
+        e(
+            BlockTool,
+            block_id=block_id,
+            phase=phase,
+            call_id=f"c{i}",
+            name="tool",
+            arguments={"q": marker} if phase == "start" else None,
+            result={"r": marker} if phase == "end" else None,
+            status=status if phase == "end" else None,
+        )
+        for i, (block_id, phase, marker, status) in enumerate(tools)
+    ]
+    frames = render(events, CanvasPolicy(redacted_blocks=redacted))
+    assert len(frames) == len(events)
+    assert "ARG" not in json.dumps(frames)
+    for f in frames:
+        assert set(f["data"]) <= {"blockId", "phase", "id", "name", "status"}
+
+
+# --- over the real engine -----------------------------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_real_execution_assembles_each_blocks_text_and_keeps_tool_arguments_out() -> None:
+    """Two offline agents in parallel, one with a tool: the text a client assembles from
+    ``stream:chunk`` / ``stream:chunk_reset`` is each block's output; frames are in seq order."""
+    flow = parse_workflow(
+        {
+            "id": "pair",
+            "blocks": [
+                {"id": "start", "type": "start"},
+                {"id": "calc", "type": "agent", "agent": "calc", "input": "What is 6*7?"},
+                {"id": "chat", "type": "agent", "agent": "chat", "input": "<start.input>"},
+                {"id": "out", "type": "response", "output": "<calc.content> <chat.content>"},
+            ],
+            "edges": [
+                {"from": "start", "to": "calc"},
+                {"from": "start", "to": "chat"},
+                {"from": "calc", "to": "out"},
+                {"from": "chat", "to": "out"},
+            ],
+        }
+    )
+    specs = {
+        "calc": AgentSpec(id="calc", tools=["calculator"], reasoning=True),
+        "chat": AgentSpec(id="chat"),
+    }
+
+    async def find(agent_id: str) -> AgentSpec:
+        return specs[agent_id]
+
+    runner = RuntimeAgentRunner(
+        models=ModelRegistry(load_catalog()), tools=ToolRegistry(BUILTIN_TOOLS), agents=find
+    )
+    events: list[WorkflowEventBase] = []
+
+    async def sink(event: WorkflowEventBase) -> None:
+        events.append(event)
+
+    with anyio.fail_after(10):
+        await WorkflowEngine(agents=runner).execution(flow, sink=sink).run("hello")
+
+    frames = render(events)
+    ids = [f["eventId"] for f in frames]
+    assert ids == sorted(set(ids))
+    assert frames[0]["type"] == "execution:started"
+    assert frames[-1]["type"] == "execution:completed"
+    tool_starts = [e for e in events if isinstance(e, BlockTool) and e.arguments]
+    assert tool_starts, "the calc agent called its tool"
+    assert '"expression"' not in json.dumps(frames)
+
+    text: dict[str, str] = {}
+    outputs: dict[str, Any] = {}
+    for f in frames:
+        data = f["data"]
+        match f["type"]:
+            case "stream:chunk":
+                text[data["blockId"]] = text.get(data["blockId"], "") + data["chunk"]
+            case "stream:chunk_reset":
+                text[data["blockId"]] = ""
+            case "block:completed":
+                outputs[data["blockId"]] = data.get("output")
+    for block_id in ("calc", "chat"):
+        assert text[block_id] == outputs[block_id]["content"]
+    assert any(f["type"] == "stream:thinking" for f in frames)
+    assert [f["type"] for f in frames].count("stream:done") == 2
