@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     """Seconds between the offline model's tokens; default 0.02 in demo mode, else 0."""
     run_retention_seconds: float = Field(default=60.0, ge=0)
     """How long a finished run's live log (deltas included) stays available to late viewers."""
+    workflow_timeout_seconds: float = Field(default=3600.0, gt=0, le=86_400)
+    """Execution timeout of a workflow: past it the execution ends with status ``timeout``."""
+    workflow_http_allow: list[str] = Field(default_factory=list)
+    """Networks HTTP blocks may reach although not public, e.g. ``["10.0.0.0/8"]`` (as JSON
+    in the environment). Default: none; loopback, private and link-local are refused."""
 
     models_file: Path | None = None
     """More models and providers for the registry (same format as the built-in catalog)."""

@@ -1,39 +1,52 @@
-"""The live log of runs: events in seq order, readable from any seq by any number of viewers.
+"""The live log of runs and executions: events in seq order, readable from any seq by any
+number of viewers.
 
-A run writes here whether or not anyone watches; an HTTP connection only subscribes. This
-is the in-process implementation; the log outlives its run for ``retention`` seconds so a
-late or reconnecting viewer still gets the live-only events.
+A run (or workflow execution) writes here whether or not anyone watches; an HTTP connection
+only subscribes. This is the in-process implementation; a stream outlives its run for
+``retention`` seconds so a late or reconnecting viewer still gets the live-only events.
+``EventLog`` keys streams by any id; ``RunLog`` is the one for agent runs, keyed by run id.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Generic, Protocol, TypeAlias, TypeVar
 
 from agentstream.events import BaseEvent
 
-__all__ = ["RunLog", "Subscription"]
+__all__ = ["EventLog", "LogSubscription", "RunLog", "Sequenced", "Subscription"]
 
 
-class _RunStream:
+class Sequenced(Protocol):
+    """What the log needs of an event: its position in its stream."""
+
+    @property
+    def seq(self) -> int: ...
+
+
+E = TypeVar("E", bound=Sequenced)
+
+
+class _Stream(Generic[E]):
     __slots__ = ("base", "closed", "events", "subscribers")
 
     def __init__(self, base: int) -> None:
         self.base = base
         """The seq before this stream's first event: 0, or where a paused run left off."""
-        self.events: list[BaseEvent] = []
+        self.events: list[E] = []
         self.closed = False
-        self.subscribers: set[Subscription] = set()
+        self.subscribers: set[LogSubscription[E]] = set()
 
     def notify(self) -> None:
         for subscriber in self.subscribers:
             subscriber.wake.set()
 
 
-class Subscription:
-    """One viewer's cursor into a run's events."""
+class LogSubscription(Generic[E]):
+    """One viewer's cursor into a stream's events."""
 
-    def __init__(self, stream: _RunStream, after: int) -> None:
+    def __init__(self, stream: _Stream[E], after: int) -> None:
         self._stream = stream
         self._cursor = min(max(after - stream.base, 0), len(stream.events))
         self.wake = asyncio.Event()
@@ -45,7 +58,7 @@ class Subscription:
         """The run's live part is over: what is left to read is all there is."""
         return self._stream.closed
 
-    async def next_batch(self) -> list[BaseEvent]:
+    async def next_batch(self) -> list[E]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
         and everything was read.
 
@@ -59,7 +72,7 @@ class Subscription:
         self._cursor += len(batch)
         return batch
 
-    async def __aiter__(self) -> AsyncIterator[BaseEvent]:
+    async def __aiter__(self) -> AsyncIterator[E]:
         while batch := await self.next_batch():
             for event in batch:
                 yield event
@@ -68,40 +81,52 @@ class Subscription:
         self._stream.subscribers.discard(self)
 
 
-class RunLog:
-    """All live runs of this process."""
+Subscription: TypeAlias = LogSubscription[BaseEvent]
+"""A viewer's cursor into an agent run."""
+
+
+class EventLog(Generic[E]):
+    """All live streams of one kind in this process, by id."""
 
     def __init__(self, *, retention: float = 300.0) -> None:
-        self._runs: dict[str, _RunStream] = {}
+        self._streams: dict[str, _Stream[E]] = {}
         self._retention = retention
 
-    def open(self, run_id: str, *, after: int = 0) -> None:
-        """A (new) live stream for the run, whose first event will follow seq ``after``."""
-        self._runs[run_id] = _RunStream(after)
+    def open(self, stream_id: str, *, after: int = 0) -> None:
+        """A (new) live stream, whose first event will follow seq ``after``."""
+        self._streams[stream_id] = _Stream(after)
 
-    def append(self, event: BaseEvent) -> None:
-        stream = self._runs[event.run_id]
+    def put(self, stream_id: str, event: E) -> None:
+        stream = self._streams[stream_id]
         stream.events.append(event)
         stream.notify()
 
-    def close(self, run_id: str) -> None:
-        """The run ended: subscribers drain and stop; the log is dropped after retention."""
-        stream = self._runs[run_id]
+    def close(self, stream_id: str) -> None:
+        """The stream ended: subscribers drain and stop; the log is dropped after retention."""
+        stream = self._streams[stream_id]
         stream.closed = True
         stream.notify()
-        asyncio.get_running_loop().call_later(self._retention, self._drop, run_id, stream)
+        asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
-    def _drop(self, run_id: str, stream: _RunStream) -> None:
+    def _drop(self, stream_id: str, stream: _Stream[E]) -> None:
         # Only this stream: a run continued after a pause has a new one under the same id.
-        if self._runs.get(run_id) is stream:
-            del self._runs[run_id]
+        if self._streams.get(stream_id) is stream:
+            del self._streams[stream_id]
 
-    def __contains__(self, run_id: object) -> bool:
-        return run_id in self._runs
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._streams
 
-    def subscribe(self, run_id: str, *, after: int = 0) -> Subscription:
-        """Follow a run from the first event with ``seq > after``. KeyError if not in the log."""
-        stream = self._runs[run_id]
-        subscription = Subscription(stream, after)
+    def subscribe(self, stream_id: str, *, after: int = 0) -> LogSubscription[E]:
+        """Follow a stream from the first event with ``seq > after``. KeyError if not in the
+        log."""
+        stream = self._streams[stream_id]
+        subscription = LogSubscription(stream, after)
         stream.subscribers.add(subscription)
         return subscription
+
+
+class RunLog(EventLog[BaseEvent]):
+    """All live agent runs of this process."""
+
+    def append(self, event: BaseEvent) -> None:
+        self.put(event.run_id, event)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib.metadata import version
 from importlib.resources import files
@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from agentstream.agents import AgentSpec, Definitions, load_definitions
 from agentstream.config import Settings, write_private
 from agentstream.deployments import DeploymentSettings, hash_password
+from agentstream.errors import NotFound
 from agentstream.knowledge.embedding import MiniLM
 from agentstream.knowledge.service import Knowledge
 from agentstream.providers.base import Model
@@ -23,6 +24,7 @@ from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ClientOptions, ModelRegistry
 from agentstream.runlog import RunLog
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
+from agentstream.runtime.executions import ExecutionLog, ExecutionManager
 from agentstream.runtime.runs import RunManager
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.server.agents import router as agents_router
@@ -37,8 +39,11 @@ from agentstream.server.models import router as models_router
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
+from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
+from agentstream.store.workflows import WorkflowStore
+from agentstream.workflows import RuntimeAgentRunner, SafeHttpClient, WorkflowEngine
 
 __all__ = ["create_app"]
 
@@ -55,9 +60,11 @@ def create_app(
     models: Iterable[Model] = (),
     agents: Iterable[AgentSpec] = (),
     email_sender: EmailSender = log_code,
+    functions: Mapping[str, Callable[..., object]] | None = None,
 ) -> FastAPI:
     """The app. ``tools``, ``models`` and ``agents`` add to the built-ins and the agents
-    file; ``email_sender`` delivers chat sign-in codes (default: to the server log)."""
+    file; ``email_sender`` delivers chat sign-in codes (default: to the server log);
+    ``functions`` are the Python callables workflow function blocks may call, by name."""
     settings = settings or Settings()
     tool_registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
     model_registry = ModelRegistry(
@@ -79,21 +86,44 @@ def create_app(
                 logger.warning(
                     "Marked %d run(s) left running by a crash as interrupted", interrupted
                 )
+            workflows = WorkflowStore(store.engine)
+            if interrupted := await workflows.interrupt_unfinished():
+                logger.warning(
+                    "Marked %d workflow execution(s) left running by a crash as interrupted",
+                    interrupted,
+                )
             log = RunLog(retention=settings.run_retention_seconds)
             knowledge = Knowledge(KnowledgeStore(store.engine), MiniLM())
-            async with RunManager(
-                store=store,
-                log=log,
-                models=model_registry,
-                tools=tool_registry,
-                knowledge=knowledge,
-            ) as manager:
+            engine = WorkflowEngine(
+                agents=RuntimeAgentRunner(
+                    models=model_registry, tools=tool_registry, agents=saved_agent(store)
+                ),
+                functions=functions,
+                http=SafeHttpClient(allow=settings.workflow_http_allow),
+            )
+            async with (
+                RunManager(
+                    store=store,
+                    log=log,
+                    models=model_registry,
+                    tools=tool_registry,
+                    knowledge=knowledge,
+                ) as manager,
+                ExecutionManager(
+                    engine=engine,
+                    store=workflows,
+                    log=ExecutionLog(retention=settings.run_retention_seconds),
+                    timeout_seconds=settings.workflow_timeout_seconds,
+                ) as executions,
+            ):
                 services = Services(
                     settings=settings,
                     store=store,
                     runs=manager,
                     chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
                     knowledge=knowledge,
+                    workflows=workflows,
+                    executions=executions,
                 )
                 await _define_all(services, settings, extra_agents)
                 await manager.resume_decided()
@@ -124,6 +154,7 @@ def create_app(
     app.include_router(models_router)
     app.include_router(sessions_router)
     app.include_router(knowledge_router)
+    app.include_router(workflows_router)
     app.include_router(chat_router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -137,6 +168,18 @@ def create_app(
         return {"status": "ok"}
 
     return app
+
+
+def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
+    """How agent blocks find the agent they name: its current version."""
+
+    async def find(agent_id: str) -> AgentSpec:
+        stored = await store.get_agent(agent_id)
+        if stored is None:
+            raise NotFound(f"No agent {agent_id!r}", field="agent")
+        return stored.spec
+
+    return find
 
 
 async def _define_all(services: Services, settings: Settings, extra: list[AgentSpec]) -> None:

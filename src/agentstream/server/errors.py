@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream.errors import UserError
+from agentstream.workflows.errors import WorkflowInvalid
 
 __all__ = ["BodyLimit", "error_response", "install_error_handlers"]
 
@@ -49,7 +50,12 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _user_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UserError)
-    response = error_response(exc.status_code, exc.code, exc.message, field=exc.field)
+    details = (
+        [issue.as_dict() for issue in exc.issues] if isinstance(exc, WorkflowInvalid) else None
+    )
+    response = error_response(
+        exc.status_code, exc.code, exc.message, field=exc.field, details=details
+    )
     response.headers.update(exc.headers)
     return response
 

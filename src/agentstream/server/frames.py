@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from agentstream import sse
 from agentstream.events import BaseEvent
-from agentstream.runlog import Subscription
+from agentstream.runlog import LogSubscription, Sequenced
 from agentstream.views.native import frame
 
 __all__ = ["Render", "encode_events", "event_chunks", "native"]
@@ -16,13 +16,15 @@ __all__ = ["Render", "encode_events", "event_chunks", "native"]
 Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
 """A view: the frames one event becomes on a surface (often none or one)."""
 
+E = TypeVar("E", bound=Sequenced)
+
 
 def native(event: BaseEvent) -> Iterable[dict[str, Any]]:
     shown = frame(event)
     return () if shown is None else (shown,)
 
 
-def encode_events(events: Iterable[BaseEvent], render: Render) -> bytes:
+def encode_events(events: Iterable[E], render: Callable[[E], Iterable[dict[str, Any]]]) -> bytes:
     """The SSE text of the frames the events become, each with ``id: <seq>``."""
     return "".join(
         sse.encode(json.dumps(data, separators=(",", ":")), id=event.seq)
@@ -32,7 +34,10 @@ def encode_events(events: Iterable[BaseEvent], render: Render) -> bytes:
 
 
 def event_chunks(
-    subscription: Subscription, render: Render, *, trailer: bytes = b""
+    subscription: LogSubscription[E],
+    render: Callable[[E], Iterable[dict[str, Any]]],
+    *,
+    trailer: bytes = b"",
 ) -> Callable[[], Awaitable[bytes | None]]:
     """A ``next_chunk`` for ``EventStreamResponse``; ``trailer`` goes out after the run's
     last event, then None ends the response."""

@@ -1,4 +1,5 @@
-"""What the routers share: settings, store, runs, chat access. Built by the lifespan."""
+"""What the routers share: settings, store, runs, workflows, chat access. Built by the
+lifespan."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from fastapi import Request
 
 from agentstream.config import Settings
 from agentstream.knowledge.service import Knowledge
+from agentstream.runtime.executions import ExecutionManager
 from agentstream.runtime.runs import RunManager
 from agentstream.server.chat_access import ChatAccess
 from agentstream.store import Store
+from agentstream.store.workflows import WorkflowStore
 
 __all__ = ["Services", "services"]
 
@@ -22,6 +25,8 @@ class Services:
     runs: RunManager
     chat_access: ChatAccess
     knowledge: Knowledge
+    workflows: WorkflowStore
+    executions: ExecutionManager
 
 
 def services(request: Request) -> Services:

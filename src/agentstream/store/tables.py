@@ -32,6 +32,9 @@ __all__ = [
     "RunEventRow",
     "RunRow",
     "SessionRow",
+    "WorkflowEventRow",
+    "WorkflowExecutionRow",
+    "WorkflowRow",
 ]
 
 
@@ -213,3 +216,49 @@ class ContextHandlerRow(Base):
     citations: Mapped[list[Any]] = mapped_column()
     """The passages as retrieved (a copy: deleting a document later does not change them)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WorkflowRow(Base):
+    """A saved workflow definition; ``version`` goes up with each change."""
+
+    __tablename__ = "workflows"
+
+    id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    definition: Mapped[dict[str, Any]] = mapped_column()
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WorkflowExecutionRow(Base):
+    """One execution. No foreign key to ``workflows``: a draft's definition was never saved,
+    and executions outlive a deleted workflow; ``definition`` is the snapshot that ran."""
+
+    __tablename__ = "workflow_executions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(100), index=True)
+    workflow_version: Mapped[int | None] = mapped_column(Integer)
+    """The saved version that ran; None for a draft."""
+    draft: Mapped[bool] = mapped_column(Boolean)
+    definition: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    input: Mapped[Any] = mapped_column(JSON, nullable=True)
+    result: Mapped[Any] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WorkflowEventRow(Base):
+    """A persisted workflow event (never a token delta)."""
+
+    __tablename__ = "workflow_events"
+
+    execution_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_executions.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(40))
+    ts: Mapped[float] = mapped_column(Float)
+    payload: Mapped[dict[str, Any]] = mapped_column()

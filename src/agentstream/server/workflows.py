@@ -1,0 +1,252 @@
+"""The native workflow API: define workflows, run them with a live SSE stream of workflow
+events (spec 002 "Workflow Streaming"), read, follow, replay and cancel executions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from pydantic import BaseModel, ConfigDict
+
+from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.server.auth import require_api_key
+from agentstream.server.frames import encode_events, event_chunks
+from agentstream.server.services import Services, services
+from agentstream.server.streaming import EventStreamResponse
+from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
+from agentstream.views.workflow import frame, frames
+from agentstream.workflows import Workflow, parse_workflow
+
+__all__ = ["router", "workflow_or_404"]
+
+router = APIRouter(
+    prefix="/api/workflows", tags=["workflows"], dependencies=[Depends(require_api_key)]
+)
+Svc = Annotated[Services, Depends(services)]
+Definition = Annotated[
+    dict[str, Any],
+    Body(description="A workflow definition: ``id``, ``blocks``, ``edges`` (see the docs)."),
+]
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Workflow events"}
+}
+
+
+class WorkflowOut(BaseModel):
+    workflow: dict[str, Any]
+    """The definition, as saved (defaults filled in)."""
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RunIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = None
+    """The execution's input: the start block's output ``input`` (``<start.input>``)."""
+
+
+class ExecutionSummary(BaseModel):
+    id: str
+    workflow_id: str
+    workflow_version: int | None
+    """The saved version that ran; null for a draft definition."""
+    draft: bool
+    status: str
+    """running, completed, error, cancelled, timeout or interrupted."""
+    input: Any
+    result: Any
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    duration_ms: int | None
+
+
+class ExecutionOut(ExecutionSummary):
+    definition: dict[str, Any]
+    """The definition that ran."""
+    events: list[dict[str, Any]]
+    """The persisted events in order, as streamed (with their ``seq``): no token deltas."""
+
+
+def _out(stored: StoredWorkflow) -> WorkflowOut:
+    return WorkflowOut(
+        workflow=definition_json(stored.workflow),
+        version=stored.version,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+    )
+
+
+def _summary(record: ExecutionRecord) -> dict[str, Any]:
+    finished = record.finished_at
+    return {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "workflow_version": record.workflow_version,
+        "draft": record.draft,
+        "status": record.status,
+        "input": record.input,
+        "result": record.result,
+        "error": record.error,
+        "created_at": record.created_at,
+        "finished_at": finished,
+        "duration_ms": None
+        if finished is None
+        else round((finished - record.created_at).total_seconds() * 1000),
+    }
+
+
+def _parse(svc: Services, data: dict[str, Any]) -> Workflow:
+    return parse_workflow(data, functions=svc.executions.engine.functions)
+
+
+async def workflow_or_404(svc: Services, workflow_id: str) -> StoredWorkflow:
+    stored = await svc.workflows.get_workflow(workflow_id)
+    if stored is None:
+        raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
+    return stored
+
+
+@router.get("")
+async def list_workflows(svc: Svc) -> list[WorkflowOut]:
+    return [_out(stored) for stored in await svc.workflows.list_workflows()]
+
+
+@router.post("", status_code=201)
+async def create_workflow(definition: Definition, svc: Svc) -> WorkflowOut:
+    """Validate and save a new workflow. A 422 lists every problem in ``error.details``,
+    each naming its block and field."""
+    workflow = _parse(svc, definition)
+    if await svc.workflows.get_workflow(workflow.id) is not None:
+        raise Conflict(f"Workflow {workflow.id!r} exists; PUT it to change it", field="id")
+    return _out(await svc.workflows.put_workflow(workflow))
+
+
+@router.get("/{workflow_id}")
+async def get_workflow(workflow_id: str, svc: Svc) -> WorkflowOut:
+    return _out(await workflow_or_404(svc, workflow_id))
+
+
+@router.put("/{workflow_id}")
+async def put_workflow(workflow_id: str, definition: Definition, svc: Svc) -> WorkflowOut:
+    """Create or replace the workflow (a new version if the definition changed)."""
+    given = definition.get("id", workflow_id)
+    if given != workflow_id:
+        raise UserError(
+            f"The definition's id {given!r} is not the URL's {workflow_id!r}", field="id"
+        )
+    workflow = _parse(svc, {**definition, "id": workflow_id})
+    return _out(await svc.workflows.put_workflow(workflow))
+
+
+@router.delete("/{workflow_id}", status_code=204)
+async def delete_workflow(workflow_id: str, svc: Svc) -> Response:
+    """Delete the definition; its executions stay readable."""
+    if not await svc.workflows.delete_workflow(workflow_id):
+        raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
+    return Response(status_code=204)
+
+
+@router.get("/{workflow_id}/executions")
+async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
+    """The workflow's latest executions, newest first."""
+    records = await svc.workflows.list_executions(workflow_id)
+    return [ExecutionSummary(**_summary(record)) for record in records]
+
+
+@router.post("/{workflow_id}/run/stream", response_class=Response, responses=SSE_RESPONSE)
+async def run_stream(
+    workflow_id: str, svc: Svc, body: Annotated[RunIn | None, Body()] = None
+) -> Any:
+    """Execute the saved workflow and stream its events, each with ``id: <seq>``.
+    Disconnecting cancels the execution."""
+    stored = await workflow_or_404(svc, workflow_id)
+    executions = svc.executions
+    execution_id = await executions.start(
+        stored.workflow, (body or RunIn()).input, version=stored.version
+    )
+    subscription = executions.subscribe(execution_id)
+    assert subscription is not None  # just started: its log is open
+
+    def cancel() -> None:
+        subscription.close()
+        executions.cancel(execution_id, "Client cancelled request")
+
+    return EventStreamResponse(
+        event_chunks(subscription, frames),
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=cancel,
+        headers={"X-Execution-Id": execution_id},
+    )
+
+
+async def _record_or_404(svc: Services, execution_id: str) -> ExecutionRecord:
+    record = await svc.workflows.get_execution(execution_id)
+    if record is None:
+        raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
+    return record
+
+
+@router.get("/executions/{execution_id}")
+async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
+    """The execution's record with its persisted events: what replay shows."""
+    record = await _record_or_404(svc, execution_id)
+    events = await svc.workflows.execution_events(execution_id)
+    return ExecutionOut(
+        **_summary(record),
+        definition=record.definition,
+        events=[{"seq": e.seq, **shown} for e in events if (shown := frame(e)) is not None],
+    )
+
+
+@router.get("/executions/{execution_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+async def follow_execution(
+    execution_id: str,
+    svc: Svc,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+) -> Any:
+    """Follow an execution from after ``Last-Event-ID`` or ``?after=`` (the later of the
+    two): live events (deltas included) while it is in this server's log, else a replay of
+    its persisted events. Disconnecting does not cancel. ``204 No Content`` when a finished
+    execution has nothing more, which tells an EventSource to stop reconnecting."""
+    start = max(after or 0, last_event_id or 0)
+    live = svc.executions.subscribe(execution_id, after=start)
+    if live is not None:
+        return EventStreamResponse(
+            event_chunks(live, frames),
+            keepalive=svc.settings.keepalive_seconds,
+            on_disconnect=live.close,
+        )
+    await _record_or_404(svc, execution_id)
+    stored = [e for e in await svc.workflows.execution_events(execution_id) if e.seq > start]
+    replay = encode_events(stored, frames)
+    if not replay:
+        return Response(status_code=204)
+    pending = [replay]
+
+    async def next_chunk() -> bytes | None:
+        return pending.pop() if pending else None
+
+    return EventStreamResponse(next_chunk, keepalive=svc.settings.keepalive_seconds)
+
+
+@router.post("/executions/{execution_id}/cancel")
+async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
+    """Cancel a live execution and answer once it has ended: every running block stops, its
+    status is ``cancelled``."""
+    done = svc.executions.cancel(execution_id)
+    if done is not None:
+        with anyio.move_on_after(10):
+            await done.wait()
+    record = await _record_or_404(svc, execution_id)
+    if done is None:
+        raise Conflict(
+            f"Workflow execution {execution_id!r} has ended (status: {record.status})",
+            field="execution_id",
+        )
+    return {"execution_id": execution_id, "status": record.status}

@@ -1,0 +1,590 @@
+"""The native workflow API over real HTTP: definitions, validation errors, the workflow
+event stream of a diamond DAG, error edges, conditions, replay, cancel, and restarts."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
+from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.tools import Tool
+from agentstream.sse import ServerSentEvent, SSEDecoder
+from agentstream.views.workflow import WorkflowFrameAdapter
+from conftest import (
+    LiveServer,
+    call_wait_then_answer,
+    free_port,
+    make_settings,
+    read_events,
+    serve,
+    wait,
+    wait_until,
+    wait_until_up,
+)
+
+FORWARDED_ONLY = {"content_delta", "reasoning_delta", "block_chunk"}
+
+
+def chatter(request: ModelRequest) -> list[ModelPart]:
+    """Six words, streamed ten milliseconds apart: two agents at once interleave."""
+    words = request.messages[-1].content.split()[:6]
+    return [*(TextPart(f"{word} ") for word in words), TurnEndPart("end_turn")]
+
+
+AGENTS = [
+    AgentSpec(id="talker", model="chatter"),
+    AgentSpec(id="waiter", model="scripted-wait", tools=["wait"]),
+]
+
+
+def serve_workflows(tmp_path: Path, **overrides: Any) -> Any:
+    return serve(
+        make_settings(tmp_path, run_retention_seconds=0, **overrides),
+        tools=[Tool.from_function(wait)],
+        models=[
+            ScriptedModel("chatter", chatter, delay=0.01),
+            ScriptedModel("scripted-wait", call_wait_then_answer),
+        ],
+        agents=AGENTS,
+    )
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[LiveServer]:
+    with serve_workflows(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+    """The same behaviour on both stores."""
+    overrides = {}
+    if request.param == "postgresql":
+        overrides["database_url"] = request.getfixturevalue("postgres_url")
+    with serve_workflows(tmp_path, **overrides) as server:
+        yield server
+
+
+def definition(workflow_id: str, blocks: list[dict[str, Any]], edges: list[Any]) -> dict[str, Any]:
+    """A definition from blocks and edges; an edge is ``(from, to)`` or a full edge."""
+    return {
+        "id": workflow_id,
+        "blocks": [{"id": "start", "type": "start"}, *blocks],
+        "edges": [e if isinstance(e, dict) else {"from": e[0], "to": e[1]} for e in edges],
+    }
+
+
+DIAMOND = definition(
+    "diamond",
+    [
+        {"id": "left", "type": "agent", "agent": "talker", "input": "one two three <start.input>"},
+        {"id": "right", "type": "agent", "agent": "talker", "input": "four five six <start.input>"},
+        {"id": "join", "type": "template", "template": "<left.content>| <right.content>"},
+        {"id": "out", "type": "response", "output": {"answer": "<join.text>"}},
+    ],
+    [("start", "left"), ("start", "right"), ("left", "join"), ("right", "join"), ("join", "out")],
+)
+
+REFUSED_URL = "http://127.0.0.1:9/"
+"""Loopback: the HTTP block refuses it (no allow-list), so the block fails deterministically."""
+
+
+def save(live: LiveServer, body: dict[str, Any]) -> None:
+    with live.client() as client:
+        response = client.post("/api/workflows", json=body)
+    assert response.status_code == 201, response.text
+
+
+def stream(
+    live: LiveServer, workflow_id: str, body: dict[str, Any] | None = None
+) -> list[ServerSentEvent]:
+    with (
+        live.client() as client,
+        client.stream(
+            "POST", f"/api/workflows/{workflow_id}/run/stream", json=body or {}
+        ) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return read_events(response)
+
+
+def frames_of(events: list[ServerSentEvent]) -> list[dict[str, Any]]:
+    return [e.json() for e in events]
+
+
+def execution(live: LiveServer, execution_id: str) -> dict[str, Any]:
+    with live.client() as client:
+        response = client.get(f"/api/workflows/executions/{execution_id}")
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def names(frames: list[dict[str, Any]], block_id: str | None = None) -> list[str]:
+    return [f["event"] for f in frames if block_id is None or f.get("block_id") == block_id]
+
+
+def without_repeats(items: list[str]) -> list[str]:
+    return [item for i, item in enumerate(items) if i == 0 or items[i - 1] != item]
+
+
+# --- definitions ---------------------------------------------------------------------------
+
+
+def test_workflows_are_created_read_listed_replaced_and_deleted(live: LiveServer) -> None:
+    with live.client() as client:
+        created = client.post("/api/workflows", json=DIAMOND)
+        again = client.post("/api/workflows", json=DIAMOND)
+        changed = {**DIAMOND, "name": "Diamond"}
+        replaced = client.put("/api/workflows/diamond", json=changed)
+        mismatched = client.put("/api/workflows/other", json=changed)
+        read = client.get("/api/workflows/diamond")
+        listed = client.get("/api/workflows")
+        deleted = client.delete("/api/workflows/diamond")
+        gone = client.get("/api/workflows/diamond")
+        deleted_twice = client.delete("/api/workflows/diamond")
+
+    assert created.status_code == 201
+    assert created.json()["version"] == 1
+    assert created.json()["workflow"]["edges"][0] == {
+        "from": "start",
+        "to": "left",
+        "on": "success",
+        "branch": None,
+    }
+    assert (again.status_code, again.json()["error"]["field"]) == (409, "id")
+    assert (replaced.status_code, replaced.json()["version"]) == (200, 2)
+    assert (mismatched.status_code, mismatched.json()["error"]["field"]) == (422, "id")
+    assert read.json()["workflow"]["name"] == "Diamond"
+    assert [w["workflow"]["id"] for w in listed.json()] == ["diamond"]
+    assert deleted.status_code == 204
+    assert gone.status_code == 404
+    assert deleted_twice.status_code == 404
+
+
+def test_invalid_definitions_are_refused_naming_every_block_at_fault(live: LiveServer) -> None:
+    broken = definition(
+        "broken",
+        [
+            {"id": "a", "type": "template", "template": "a"},
+            {"id": "b", "type": "template", "template": "b"},
+            {"id": "out", "type": "response", "output": "done"},
+        ],
+        [("start", "a"), ("a", "b"), ("b", "a"), ("b", "ghost"), ("out", "a")],
+    )
+    unknown_type = definition("typo", [{"id": "c", "type": "teleport"}], [("start", "c")])
+    missing = definition(
+        "missing",
+        [{"id": "t", "type": "template", "template": "<nowhere.text>"}],
+        [("start", "t")],
+    )
+    with live.client() as client:
+        many = client.post("/api/workflows", json=broken)
+        cycle = client.post(
+            "/api/workflows",
+            json={**broken, "edges": broken["edges"][:3], "blocks": broken["blocks"][:3]},
+        )
+        typo = client.put("/api/workflows/typo", json=unknown_type)
+        reference = client.post("/api/workflows", json=missing)
+        nothing_saved = client.get("/api/workflows")
+
+    assert cycle.status_code == 422
+    assert cycle.json()["error"]["field"] in ("blocks.a", "blocks.b"), "names the block"
+    assert "part of a cycle" in cycle.json()["error"]["message"]
+    assert many.status_code == 422
+    error = many.json()["error"]
+    assert error["code"] == "invalid_workflow"
+    assert error["field"] == "edges.3.to"
+    messages = {(i["block_id"], i["field"], i["message"]) for i in error["details"]}
+    assert (None, "edges.3.to", "no block 'ghost'") in messages, "every issue, at once"
+    assert ("out", "edges.4.from", "a response block ends its branch") in messages
+    assert any(
+        block in ("a", "b") and "part of a cycle" in message for block, _, message in messages
+    )
+    assert set(error["details"][0]) == {"block_id", "field", "message"}
+
+    assert typo.status_code == 422
+    assert typo.json()["error"]["details"][0]["block_id"] == "c"
+    assert "blocks.c" in typo.json()["error"]["field"]
+
+    assert reference.status_code == 422
+    assert reference.json()["error"]["field"].startswith("blocks.t")
+    assert "nowhere" in reference.json()["error"]["message"]
+    assert nothing_saved.json() == []
+
+
+# --- streaming -----------------------------------------------------------------------------
+
+
+def test_a_diamond_streams_both_branches_interleaved_and_ends_complete(
+    any_store: LiveServer,
+) -> None:
+    live = any_store
+    save(live, DIAMOND)
+    events = stream(live, "diamond", {"input": "go"})
+    frames = frames_of(events)
+    ids = [int(e.id or 0) for e in events]
+
+    assert ids[0] == 1
+    assert all(a < b for a, b in itertools.pairwise(ids)), "id: seqs strictly increase"
+    for frame in frames:
+        model = type(WorkflowFrameAdapter.validate_python(frame))
+        assert set(frame) == set(model.model_fields), "exactly the documented keys"
+    execution_id = frames[0]["execution_id"]
+    assert frames[0] == {
+        "event": "workflow_start",
+        "execution_id": execution_id,
+        "workflow_id": "diamond",
+    }
+    answer = "one two three go | four five six go "
+    assert frames[-1] == {
+        "event": "workflow_complete",
+        "execution_id": execution_id,
+        "result": {"answer": answer},
+    }
+    assert names(frames).count("workflow_complete") == 1
+    for block, text in (("left", "one two three go "), ("right", "four five six go ")):
+        assert without_repeats(names(frames, block)) == [
+            "block_started",
+            "content_delta",
+            "block_chunk",
+            "block_output",
+            "block_completed",
+        ]
+        mine = [f for f in frames if f.get("block_id") == block]
+        assert "".join(f["delta"] for f in mine if f["event"] == "content_delta") == text
+        assert mine[-2] == {"event": "block_output", "block_id": block, "output": {"content": text}}
+    deltas = [f["block_id"] for f in frames if f["event"] == "content_delta"]
+    first_right, last_right = deltas.index("right"), len(deltas) - deltas[::-1].index("right")
+    assert "left" in deltas[first_right:last_right], "the parallel pair runs at once"
+    order = [(f["event"], f.get("block_id")) for f in frames]
+    join = order.index(("block_started", "join"))
+    assert join > order.index(("block_completed", "left"))
+    assert join > order.index(("block_completed", "right"))
+    assert order[-4:] == [
+        ("block_started", "out"),
+        ("block_output", "out"),
+        ("block_completed", "out"),
+        ("workflow_complete", None),
+    ]
+
+    record = execution(live, execution_id)
+    assert record["status"] == "completed"
+    assert record["result"] == {"answer": answer}
+    assert record["input"] == "go"
+    assert record["workflow_version"] == 1
+    assert record["draft"] is False
+    persisted = [
+        {"seq": e_id, **f}
+        for e_id, f in zip(ids, frames, strict=True)
+        if f["event"] not in FORWARDED_ONLY
+    ]
+    assert record["events"] == persisted, "replay: every persisted frame, no deltas"
+
+
+def test_a_failing_block_short_circuits_the_execution(live: LiveServer) -> None:
+    save(
+        live,
+        definition(
+            "fails",
+            [
+                {"id": "fetch", "type": "http", "url": REFUSED_URL},
+                {"id": "out", "type": "response", "output": "<fetch.body>"},
+            ],
+            [("start", "fetch"), ("fetch", "out")],
+        ),
+    )
+    frames = frames_of(stream(live, "fails"))
+
+    execution_id = frames[0]["execution_id"]
+    error = next(f for f in frames if f["event"] == "block_error")
+    assert error["block_id"] == "fetch"
+    assert error["handled"] is False
+    assert "out" not in {f.get("block_id") for f in frames}, "nothing after the failure runs"
+    assert frames[-1] == {
+        "event": "workflow_error",
+        "execution_id": execution_id,
+        "error": f"Block 'fetch' failed: {error['error']}",
+        "status": "error",
+        "block_id": "fetch",
+    }
+    record = execution(live, execution_id)
+    assert (record["status"], record["error"]) == ("error", frames[-1]["error"])
+
+
+def test_an_error_edge_handles_a_failure_and_the_execution_completes(live: LiveServer) -> None:
+    save(
+        live,
+        definition(
+            "handled",
+            [
+                {"id": "fetch", "type": "http", "url": REFUSED_URL},
+                {"id": "fallback", "type": "template", "template": "fallback: <fetch.error>"},
+                {"id": "out", "type": "response", "output": "<fallback.text>"},
+            ],
+            [
+                ("start", "fetch"),
+                {"from": "fetch", "to": "fallback", "on": "error"},
+                ("fallback", "out"),
+            ],
+        ),
+    )
+    frames = frames_of(stream(live, "handled"))
+
+    error = next(f for f in frames if f["event"] == "block_error")
+    assert (error["block_id"], error["handled"]) == ("fetch", True)
+    assert names(frames, "fallback") == ["block_started", "block_output", "block_completed"]
+    assert frames[-1]["event"] == "workflow_complete"
+    assert frames[-1]["result"] == f"fallback: {error['error']}"
+    assert execution(live, frames[0]["execution_id"])["status"] == "completed"
+
+
+def test_a_condition_routes_to_one_branch_and_skips_the_other(live: LiveServer) -> None:
+    save(
+        live,
+        definition(
+            "routed",
+            [
+                {
+                    "id": "route",
+                    "type": "condition",
+                    "branches": [{"name": "big", "when": "start.input > 10"}, {"name": "small"}],
+                },
+                {"id": "big", "type": "response", "output": "big <start.input>"},
+                {"id": "small", "type": "response", "output": "small <start.input>"},
+            ],
+            [
+                ("start", "route"),
+                {"from": "route", "to": "big", "branch": "big"},
+                {"from": "route", "to": "small", "branch": "small"},
+            ],
+        ),
+    )
+    big, small = (
+        frames_of(stream(live, "routed", {"input": 42})),
+        frames_of(stream(live, "routed", {"input": 3})),
+    )
+
+    assert {"event": "block_output", "block_id": "route", "output": {"branch": "big"}} in big
+    assert names(big, "small") == ["block_skipped"]
+    assert big[-1]["result"] == "big 42"
+    assert names(small, "big") == ["block_skipped"]
+    assert small[-1]["result"] == "small 3"
+
+
+def test_an_unknown_workflow_is_404_and_a_bad_body_422(live: LiveServer) -> None:
+    save(live, DIAMOND)
+    with live.client() as client:
+        missing = client.post("/api/workflows/nope/run/stream", json={})
+        extra = client.post("/api/workflows/diamond/run/stream", json={"message": "hi"})
+        no_execution = client.get("/api/workflows/executions/wfx_nope")
+    assert missing.status_code == 404
+    assert (extra.status_code, extra.json()["error"]["field"]) == (422, "message")
+    assert no_execution.status_code == 404
+
+
+# --- replay --------------------------------------------------------------------------------
+
+
+def test_a_finished_execution_replays_its_persisted_frames(live: LiveServer) -> None:
+    save(live, DIAMOND)
+    events = stream(live, "diamond", {"input": "go"})
+    execution_id = events[0].json()["execution_id"]
+    persisted = [(e.id, e.json()) for e in events if e.json()["event"] not in FORWARDED_ONLY]
+    url = f"/api/workflows/executions/{execution_id}/stream"
+    wait_until(lambda: not _in_log(live, url))
+
+    with live.client() as client:
+        whole = client.get(url)
+        tail = client.get(url, params={"after": persisted[-3][0]})
+        by_header = client.get(url, headers={"Last-Event-ID": persisted[-2][0] or ""})
+        past_the_end = client.get(url, params={"after": persisted[-1][0]})
+
+    def decoded(response: httpx.Response) -> list[tuple[str | None, dict[str, Any]]]:
+        return [(e.id, e.json()) for e in SSEDecoder().feed(response.content)]
+
+    assert decoded(whole) == persisted
+    assert decoded(tail) == persisted[-2:]
+    assert decoded(by_header) == persisted[-1:]
+    assert past_the_end.status_code == 204
+
+
+def _in_log(live: LiveServer, url: str) -> bool:
+    """Whether the live log still holds the execution (its stream then has deltas)."""
+    with live.client() as client:
+        body = client.get(url).text
+    return "content_delta" in body
+
+
+def test_a_running_execution_can_be_followed_live_from_a_seq(live: LiveServer) -> None:
+    save(live, _waiting())
+    with (
+        live.client() as client,
+        client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
+    ):
+        frames = _until_tool_call(response)
+        execution_id = frames[0]["execution_id"]
+        with client.stream(
+            "GET", f"/api/workflows/executions/{execution_id}/stream", params={"after": 1}
+        ) as follower:
+            assert follower.status_code == 200
+            chunks = follower.iter_bytes()
+            decoder = SSEDecoder()
+            seen: list[ServerSentEvent] = []
+            while not any(e.json()["event"] == "tool_call" for e in seen):
+                seen += decoder.feed(next(chunks))
+            client.post(f"/api/workflows/executions/{execution_id}/cancel")
+            for chunk in chunks:
+                seen += decoder.feed(chunk)
+    assert int(seen[0].id or 0) == 2
+    assert seen[-1].json()["event"] == "workflow_error"
+    assert seen[-1].json()["status"] == "cancelled"
+
+
+# --- cancel --------------------------------------------------------------------------------
+
+
+def _waiting() -> dict[str, Any]:
+    return definition(
+        "waits",
+        [
+            {"id": "slow", "type": "agent", "agent": "waiter", "input": "go"},
+            {"id": "out", "type": "response", "output": "<slow.content>"},
+        ],
+        [("start", "slow"), ("slow", "out")],
+    )
+
+
+def _until_tool_call(response: httpx.Response) -> list[dict[str, Any]]:
+    """Read frames until the agent block's slow tool is running."""
+    assert response.status_code == 200, response.read()
+    decoder = SSEDecoder()
+    frames: list[dict[str, Any]] = []
+    for chunk in response.iter_bytes():
+        frames += [e.json() for e in decoder.feed(chunk)]
+        if "tool_call" in names(frames):
+            return frames
+    raise AssertionError(f"no tool call in {frames}")
+
+
+def test_cancel_stops_a_running_execution_and_records_it(live: LiveServer) -> None:
+    save(live, _waiting())
+    with (
+        live.client() as client,
+        client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
+    ):
+        chunks = response.iter_bytes()  # held: dropping it would close the stream
+        decoder = SSEDecoder()
+        frames: list[dict[str, Any]] = []
+        while "tool_call" not in names(frames):
+            frames += [e.json() for e in decoder.feed(next(chunks))]
+        execution_id = frames[0]["execution_id"]
+        cancelled = client.post(f"/api/workflows/executions/{execution_id}/cancel")
+        for chunk in chunks:
+            frames += [e.json() for e in decoder.feed(chunk)]
+        again = client.post(f"/api/workflows/executions/{execution_id}/cancel")
+
+    assert cancelled.json() == {"execution_id": execution_id, "status": "cancelled"}
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "conflict")
+    result = next(f for f in frames if f["event"] == "tool_result")
+    assert (result["block_id"], result["status"]) == ("slow", "cancelled")
+    assert frames[-1] == {
+        "event": "workflow_error",
+        "execution_id": execution_id,
+        "error": "Execution cancelled",
+        "status": "cancelled",
+        "block_id": None,
+    }
+    assert [f["event"] for f in frames].count("workflow_error") == 1
+    record = execution(live, execution_id)
+    assert (record["status"], record["error"]) == ("cancelled", "Execution cancelled")
+    assert record["events"][-1]["event"] == "workflow_error"
+
+
+def test_disconnecting_cancels_the_execution(live: LiveServer) -> None:
+    save(live, _waiting())
+    with (
+        live.client() as client,
+        client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
+    ):
+        frames = _until_tool_call(response)
+    execution_id = frames[0]["execution_id"]
+
+    wait_until(lambda: execution(live, execution_id)["status"] != "running")
+    record = execution(live, execution_id)
+    assert (record["status"], record["error"]) == ("cancelled", "Client cancelled request")
+
+
+def test_an_execution_past_its_timeout_ends_with_status_timeout(tmp_path: Path) -> None:
+    with serve_workflows(tmp_path, workflow_timeout_seconds=0.5) as live:
+        save(live, _waiting())
+        frames = frames_of(stream(live, "waits"))
+        record = execution(live, frames[0]["execution_id"])
+    assert frames[-1]["event"] == "workflow_error"
+    assert frames[-1]["error"] == "Execution timed out after 0.5s"
+    assert (record["status"], record["error"]) == ("timeout", "Execution timed out after 0.5s")
+
+
+# --- restarts ------------------------------------------------------------------------------
+
+
+def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -> None:
+    port = free_port()
+    program = textwrap.dedent(f"""
+        import uvicorn
+        from pathlib import Path
+        from agentstream.agents import AgentSpec
+        from agentstream.config import Settings
+        from agentstream.providers.scripted import ScriptedModel
+        from agentstream.runtime.tools import Tool
+        from agentstream.server import create_app
+        from conftest import call_wait_then_answer, wait
+        app = create_app(
+            Settings(data_dir=Path({str(tmp_path)!r}), demo=True),
+            tools=[Tool.from_function(wait)],
+            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
+            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
+        )
+        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    process = subprocess.Popen([sys.executable, "-c", program], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url)
+        key = (tmp_path / "demo-key").read_text().strip()
+        crashed = LiveServer(url=url, key=key, settings=make_settings(tmp_path))
+        save(crashed, _waiting())
+        with (
+            crashed.client() as client,
+            client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
+        ):
+            execution_id = _until_tool_call(response)[0]["execution_id"]
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+    finally:
+        process.kill()
+        process.wait(10)
+
+    with serve_workflows(tmp_path) as restarted:
+        record = execution(restarted, execution_id)
+        with restarted.client() as client:
+            cancel = client.post(f"/api/workflows/executions/{execution_id}/cancel")
+    assert (record["status"], record["error"]) == (
+        "interrupted",
+        "The server stopped during the execution",
+    )
+    assert cancel.status_code == 409
