@@ -1,0 +1,150 @@
+"""The canvas surface (spec 000 "Canvas (draft Run)"): draft runs streamed as canvas
+execution-event frames, replay of an execution in the same frames, and the hosted run view
+that draws them."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, ConfigDict
+
+from agentstream.errors import NotFound, UserError
+from agentstream.server.auth import require_api_key
+from agentstream.server.frames import encode_events, event_chunks
+from agentstream.server.services import Services, services
+from agentstream.server.streaming import EventStreamResponse
+from agentstream.views.canvas import CanvasPolicy, CanvasView
+from agentstream.workflows import Workflow, parse_workflow
+
+__all__ = ["canvas_policy", "router"]
+
+WEB = Path(str(files("agentstream.web")))
+RUN_PAGE = WEB / "run.html"
+
+router = APIRouter()
+Svc = Annotated[Services, Depends(services)]
+Auth = [Depends(require_api_key)]
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Canvas execution events"}
+}
+
+
+class DraftRunIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = None
+    """The execution's input: the start block's output ``input``."""
+    definition: dict[str, Any] | None = None
+    """The editor's definition, saved or not; default: the saved one."""
+
+
+def canvas_policy(workflow: Workflow) -> CanvasPolicy:
+    """Blocks whose configuration turns PII redaction on for their output (a
+    ``redact_output`` field) are not forwarded live."""
+    return CanvasPolicy(
+        redacted_blocks=frozenset(
+            block.id for block in workflow.blocks if getattr(block, "redact_output", False)
+        )
+    )
+
+
+@router.post(
+    "/api/workflows/{workflow_id}/execute",
+    response_class=Response,
+    responses=SSE_RESPONSE,
+    dependencies=Auth,
+    tags=["workflows"],
+)
+async def execute_draft(
+    workflow_id: str, svc: Svc, body: Annotated[DraftRunIn | None, Body()] = None
+) -> Any:
+    """Run the workflow as a draft and stream canvas frames, each with ``id: <eventId>``.
+    Always opted in: no protocol header. Disconnecting cancels the execution."""
+    body = body or DraftRunIn()
+    version = None
+    if body.definition is not None:
+        given = body.definition.get("id", workflow_id)
+        if given != workflow_id:
+            raise UserError(
+                f"The definition's id {given!r} is not the URL's {workflow_id!r}", field="id"
+            )
+        functions = svc.executions.engine.functions
+        workflow = parse_workflow({**body.definition, "id": workflow_id}, functions=functions)
+    else:
+        stored = await svc.workflows.get_workflow(workflow_id)
+        if stored is None:
+            raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
+        workflow, version = stored.workflow, stored.version
+    executions = svc.executions
+    execution_id = await executions.start(workflow, body.input, draft=True, version=version)
+    subscription = executions.subscribe(execution_id)
+    assert subscription is not None  # just started: its log is open
+    view = CanvasView(workflow_id=workflow_id, policy=canvas_policy(workflow))
+
+    def cancel() -> None:
+        subscription.close()
+        executions.cancel(execution_id, "Client cancelled request")
+
+    return EventStreamResponse(
+        event_chunks(subscription, view.frames),
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=cancel,
+        headers={"X-Execution-Id": execution_id},
+    )
+
+
+@router.get(
+    "/api/workflows/executions/{execution_id}/canvas",
+    response_class=Response,
+    responses=SSE_RESPONSE,
+    dependencies=Auth,
+    tags=["workflows"],
+)
+async def execution_canvas(
+    execution_id: str,
+    svc: Svc,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+) -> Any:
+    """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: live while
+    it is in this server's log (deltas included), else its persisted events (replay).
+    Disconnecting does not cancel. ``204 No Content`` when there is nothing more."""
+    record = await svc.workflows.get_execution(execution_id)
+    if record is None:
+        raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
+    start = max(after or 0, last_event_id or 0)
+    workflow = Workflow.model_validate(record.definition)
+    view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
+    live = svc.executions.subscribe(execution_id, after=start)
+    if live is not None:
+        return EventStreamResponse(
+            event_chunks(live, view.frames),
+            keepalive=svc.settings.keepalive_seconds,
+            on_disconnect=live.close,
+        )
+    events = await svc.workflows.execution_events(execution_id)
+    replay = encode_events([e for e in events if e.seq > start], view.frames)
+    if not replay:
+        return Response(status_code=204)
+    pending = [replay]
+
+    async def next_chunk() -> bytes | None:
+        return pending.pop() if pending else None
+
+    return EventStreamResponse(next_chunk, keepalive=svc.settings.keepalive_seconds)
+
+
+@router.get("/workflows/{workflow_id}/run", include_in_schema=False)
+async def run_page(workflow_id: str) -> FileResponse:
+    """The run view of a workflow; it reads the workflow from its URL."""
+    return FileResponse(RUN_PAGE)
+
+
+@router.get("/workflows/executions/{execution_id}", include_in_schema=False)
+async def replay_page(execution_id: str) -> FileResponse:
+    """The run view replaying an execution."""
+    return FileResponse(RUN_PAGE)

@@ -1,0 +1,323 @@
+// The workflow run view. /workflows/{id}/run draws the workflow and starts draft runs;
+// /workflows/executions/{id} replays a past execution. Both read canvas frames
+// ({type, timestamp, executionId, workflowId, eventId, data}) over a fetch body.
+// Text from the server is only ever set with textContent.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+const replayId = parts[1] === "executions" ? parts[2] : null;
+const KEY = "agentstream:apikey";
+const BOX = { width: 150, height: 56, columnGap: 70, rowGap: 24, margin: 16 };
+const SETTLED = new Set(["completed", "error", "skipped"]);
+let graph = null;  // {workflowId, boxes: Map(blockId -> element)}
+let outputs = new Map();  // blockId -> BlockOutput in the terminal panel
+let controller = null;
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function svgElement(tag, attributes) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  return node;
+}
+
+function setStatus(text, isError = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", isError);
+}
+
+function headers() {
+  return { apikey: $("apikey").value.trim() };
+}
+
+async function errorMessage(response) {
+  try {
+    const body = await response.json();
+    return body.error?.message || body.detail || `HTTP ${response.status}`;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
+// --- the graph ---------------------------------------------------------------------------
+
+// Depth of each block: the longest path from a block with no incoming edge.
+function depths(blocks, edges) {
+  const incoming = new Map(blocks.map((b) => [b.id, []]));
+  for (const edge of edges) incoming.get(edge.to)?.push(edge.from);
+  const depth = new Map();
+  const visit = (id, seen) => {
+    if (depth.has(id)) return depth.get(id);
+    if (seen.has(id)) return 0;  // a cycle cannot be saved; be safe anyway
+    seen.add(id);
+    const sources = incoming.get(id) || [];
+    const d = sources.length ? 1 + Math.max(...sources.map((s) => visit(s, seen))) : 0;
+    depth.set(id, d);
+    return d;
+  };
+  for (const block of blocks) visit(block.id, new Set());
+  return depth;
+}
+
+function drawGraph(workflowId, definition) {
+  const blocks = definition.blocks || [];
+  const edges = (definition.edges || []).map((e) => ({
+    from: e.from ?? e.source, to: e.to ?? e.target, on: e.on || "success",
+  }));
+  const depth = depths(blocks, edges);
+  const rows = [];
+  const position = new Map();
+  for (const block of blocks) {
+    const column = depth.get(block.id);
+    const row = (rows[column] = (rows[column] || 0) + 1) - 1;
+    position.set(block.id, {
+      x: BOX.margin + column * (BOX.width + BOX.columnGap),
+      y: BOX.margin + row * (BOX.height + BOX.rowGap),
+    });
+  }
+  const dag = $("dag");
+  const svg = $("edges");
+  dag.querySelectorAll(".block").forEach((node) => node.remove());
+  svg.replaceChildren();
+  const boxes = new Map();
+  for (const block of blocks) {
+    const { x, y } = position.get(block.id);
+    const box = element("div", "block");
+    box.dataset.id = block.id;
+    box.dataset.state = "pending";
+    box.style.left = `${x}px`;
+    box.style.top = `${y}px`;
+    box.append(element("div", "name", block.name || block.id), element("div", "type", block.type));
+    box.title = `${block.id} (${block.type})`;
+    dag.append(box);
+    boxes.set(block.id, box);
+  }
+  for (const edge of edges) {
+    const from = position.get(edge.from);
+    const to = position.get(edge.to);
+    if (!from || !to) continue;
+    svg.append(svgElement("line", {
+      x1: from.x + BOX.width, y1: from.y + BOX.height / 2,
+      x2: to.x, y2: to.y + BOX.height / 2,
+      class: edge.on === "error" ? "on-error" : "on-success",
+      "data-from": edge.from, "data-to": edge.to,
+    }));
+  }
+  const width = BOX.margin * 2 + (Math.max(0, ...depth.values()) + 1) * (BOX.width + BOX.columnGap);
+  const height = BOX.margin * 2 + Math.max(1, ...rows) * (BOX.height + BOX.rowGap);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  dag.style.height = `${height}px`;
+  graph = { workflowId, boxes };
+  updateSteps();
+}
+
+async function loadWorkflow(workflowId) {
+  const response = await fetch(`/api/workflows/${encodeURIComponent(workflowId)}`, { headers: headers() });
+  if (!response.ok) throw new Error(await errorMessage(response));
+  const body = await response.json();
+  const definition = body.workflow;  // {workflow: definition as saved, version, ...}
+  const title = definition.name || workflowId;
+  $("title").textContent = title;
+  document.title = `${title} · run`;
+  drawGraph(workflowId, definition);
+}
+
+function setState(blockId, state) {
+  const box = graph?.boxes.get(blockId);
+  if (box) box.dataset.state = state;
+  updateSteps();
+}
+
+function updateSteps() {
+  if (!graph) return;
+  const states = [...graph.boxes.values()].map((box) => box.dataset.state);
+  const settled = states.filter((state) => SETTLED.has(state)).length;
+  $("steps").textContent = `${settled}/${states.length} blocks`;
+}
+
+function resetRun() {
+  graph?.boxes.forEach((box) => (box.dataset.state = "pending"));
+  outputs = new Map();
+  $("terminal").replaceChildren();
+  updateSteps();
+}
+
+// --- the terminal output panel -------------------------------------------------------------
+
+// One block's entry: Thinking and Tools sections above its output, made on demand.
+class BlockOutput {
+  constructor(blockId, blockType) {
+    this.root = element("div", "output");
+    this.root.dataset.block = blockId;
+    this.root.append(element("h2", "", blockType ? `${blockId} · ${blockType}` : blockId));
+    this.text = element("div", "text");
+    this.root.append(this.text);
+    this.sections = {};
+    $("terminal").append(this.root);
+  }
+  section(name, title) {
+    if (!this.sections[name]) {
+      const details = element("details", name);
+      details.open = true;
+      details.append(element("summary", "", title));
+      this.root.insertBefore(details, this.text);
+      this.sections[name] = details;
+    }
+    return this.sections[name];
+  }
+  thinking(text) {
+    const section = this.section("thinking", "Thinking");
+    let body = section.querySelector(".thinking-text");
+    if (!body) section.append((body = element("div", "thinking-text")));
+    body.textContent += text;
+  }
+  tool(data) {
+    const section = this.section("tools", "Tools");
+    let list = section.querySelector("ul");
+    if (!list) section.append((list = element("ul")));
+    let item = list.querySelector(`[data-id="${CSS.escape(data.id)}"]`);
+    if (!item) {
+      item = element("li", "tool", data.name);
+      item.dataset.id = data.id;
+      list.append(item);
+    }
+    item.dataset.status = data.phase === "start" ? "running" : data.status || "success";
+  }
+  complete(output) {
+    if (output === undefined) return;
+    const shown = Object.keys(output).length === 1 ? Object.values(output)[0] : output;
+    this.text.textContent = typeof shown === "string" ? shown : JSON.stringify(shown, null, 2);
+  }
+  fail(error) { this.root.append(element("div", "error", error)); }
+}
+
+function outputOf(blockId, blockType) {
+  if (!outputs.has(blockId)) outputs.set(blockId, new BlockOutput(blockId, blockType));
+  return outputs.get(blockId);
+}
+
+function finish(text, isError) {
+  const line = element("div", isError ? "result error" : "result", text);
+  $("terminal").append(line);
+  setStatus(text.split("\n")[0], isError);
+}
+
+function handle(frame) {
+  const data = frame.data || {};
+  switch (frame.type) {
+    case "execution:started": return setStatus("Running…");
+    case "block:started":
+      setState(data.blockId, "running");
+      return outputOf(data.blockId, data.blockType);
+    case "stream:chunk": outputOf(data.blockId).text.textContent += data.chunk; return;
+    case "stream:chunk_reset": outputOf(data.blockId).text.textContent = ""; return;
+    case "stream:thinking": return outputOf(data.blockId).thinking(data.text);
+    case "stream:tool": return outputOf(data.blockId).tool(data);
+    case "block:completed":
+      setState(data.blockId, "completed");
+      return outputOf(data.blockId).complete(data.output);
+    case "block:error":
+      setState(data.blockId, "error");
+      return outputOf(data.blockId).fail(data.error);
+    case "block:skipped": return setState(data.blockId, "skipped");
+    case "execution:completed":
+      return finish(`Completed: ${JSON.stringify(data.result ?? null, null, 2)}`, false);
+    case "execution:error": return finish(`Failed: ${data.error}`, true);
+    case "execution:cancelled": return finish(`Cancelled: ${data.reason || ""}`, true);
+  }
+}
+
+// Server-Sent Events from a fetch body: frames end at a blank line; comment lines are skipped.
+async function* sseData(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
+    buffer = frames.pop();
+    for (const frame of frames) {
+      const data = frame.split(/\r\n|\n|\r/)
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5));
+      if (data.length) yield JSON.parse(data.join("\n"));
+    }
+  }
+}
+
+async function follow(url, init) {
+  controller = new AbortController();
+  $("run").hidden = true;
+  $("stop").hidden = false;
+  try {
+    const response = await fetch(url, { ...init, headers: { ...headers(), ...init.headers }, signal: controller.signal });
+    if (!response.ok) return setStatus(await errorMessage(response), true);
+    for await (const frame of sseData(response.body)) {
+      if (!graph) await loadWorkflow(frame.workflowId);
+      handle(frame);
+    }
+  } catch (error) {
+    if (error.name === "AbortError") setStatus("Stopped.");
+    else setStatus(`Connection lost: ${error.message}`, true);
+  } finally {
+    controller = null;
+    $("run").hidden = false;
+    $("stop").hidden = true;
+  }
+}
+
+function parseInput(text) {
+  if (/^\s*[[{]/.test(text)) {
+    try { return JSON.parse(text); } catch { /* plain text after all */ }
+  }
+  return text;
+}
+
+async function run(workflowId) {
+  resetRun();
+  await follow(`/api/workflows/${encodeURIComponent(workflowId)}/execute`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ input: parseInput($("input").value) }),
+  });
+}
+
+async function load() {
+  if (!$("apikey").value) return setStatus("Enter an API key to begin.");
+  try {
+    if (replayId) {
+      $("title").textContent = `Execution ${replayId}`;
+      resetRun();
+      return await follow(`/api/workflows/executions/${encodeURIComponent(replayId)}/canvas`, {});
+    }
+    await loadWorkflow(parts[1]);
+    setStatus("");
+    $("runner").hidden = false;
+  } catch (error) {
+    setStatus(error.message, true);
+  }
+}
+
+function start() {
+  $("apikey").value = sessionStorage.getItem(KEY) || "";
+  $("apikey").addEventListener("change", () => {
+    sessionStorage.setItem(KEY, $("apikey").value.trim());
+    if (!controller) load();
+  });
+  $("stop").addEventListener("click", () => controller?.abort());
+  $("runner").addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!controller && !replayId) run(parts[1]);
+  });
+  load();
+}
+
+start();
