@@ -203,10 +203,9 @@ function outputOf(blockId, blockType) {
   return outputs.get(blockId);
 }
 
-function finish(text, isError) {
-  const line = element("div", isError ? "result error" : "result", text);
-  $("terminal").append(line);
-  setStatus(text.split("\n")[0], isError);
+function finish(status, detail, isError) {
+  $("terminal").append(element("div", isError ? "result error" : "result", `${status}: ${detail}`));
+  setStatus(`${status}.`, isError);
 }
 
 function handle(frame) {
@@ -228,9 +227,9 @@ function handle(frame) {
       return outputOf(data.blockId).fail(data.error);
     case "block:skipped": return setState(data.blockId, "skipped");
     case "execution:completed":
-      return finish(`Completed: ${JSON.stringify(data.result ?? null, null, 2)}`, false);
-    case "execution:error": return finish(`Failed: ${data.error}`, true);
-    case "execution:cancelled": return finish(`Cancelled: ${data.reason || ""}`, true);
+      return finish("Completed", JSON.stringify(data.result ?? null, null, 2), false);
+    case "execution:error": return finish("Failed", data.error, true);
+    case "execution:cancelled": return finish("Cancelled", data.reason || "", true);
   }
 }
 
