@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentstream.server import create_app
-from agentstream.server.canvas import router as canvas_router
-from conftest import LiveServer, make_settings
-from fakes.server import run_app
+from conftest import LiveServer, make_settings, serve
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -89,15 +86,9 @@ WITHOUT_THINKING = """() => {
 
 @pytest.fixture(scope="module")
 def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The app at a human pace, with the canvas routes, and the workflow saved."""
+    """The app at a human pace, and the workflow saved."""
     settings = make_settings(tmp_path_factory.mktemp("run"), offline_token_delay=0.01)
-    app = create_app(settings)
-    if not any(getattr(r, "path", "") == "/workflows/{workflow_id}/run" for r in app.routes):
-        app.include_router(canvas_router)
-    with run_app(app, name="The server", lifespan="on") as url:
-        live = LiveServer(
-            url=url, key=settings.demo_key_file.read_text().strip(), settings=settings
-        )
+    with serve(settings) as live:
         with live.client() as client:
             client.post("/api/workflows", json=WORKFLOW).raise_for_status()
         yield live

@@ -47,7 +47,7 @@ def canvas_policy(workflow: Workflow) -> CanvasPolicy:
     ``redact_output`` field) are not forwarded live."""
     return CanvasPolicy(
         redacted_blocks=frozenset(
-            block.id for block in workflow.blocks if getattr(block, "redact_output", False)
+            block.id for block in workflow.blocks if block.redact_output
         )
     )
 

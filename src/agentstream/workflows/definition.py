@@ -44,6 +44,9 @@ class _Block(BaseModel):
     """Unique in the workflow; what references and edges name."""
     name: str = Field(default="", max_length=200)
     """A label for people."""
+    redact_output: bool = False
+    """PII redaction on this block's output: the canvas then shows it only redacted, once the
+    block completes, and never streams it live."""
 
     def expressions(self) -> dict[str, str]:
         """The block's expressions by configuration field."""

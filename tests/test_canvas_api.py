@@ -1,0 +1,67 @@
+"""The canvas execution-events stream over real HTTP: always opted in, and a block with PII
+redaction on its output is never forwarded live."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conftest import LiveServer, read_events
+
+EMAIL = "jane.doe@example.com"
+
+WORKFLOW = {
+    "id": "contact",
+    "blocks": [
+        {"id": "start", "type": "start"},
+        {
+            "id": "private",
+            "type": "agent",
+            "agent": {"id": "p"},
+            "input": "<start.input>",
+            "redact_output": True,
+        },
+        {"id": "public", "type": "agent", "agent": {"id": "q"}, "input": "<start.input>"},
+        {"id": "out", "type": "response", "output": "<public.content>"},
+    ],
+    "edges": [
+        {"from": "start", "to": "private"},
+        {"from": "start", "to": "public"},
+        {"from": "private", "to": "out"},
+        {"from": "public", "to": "out"},
+    ],
+}
+
+
+def execute(server: LiveServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with (
+        server.client() as client,
+        client.stream("POST", "/api/workflows/contact/execute", json=body) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [json.loads(event.data) for event in read_events(response)]
+
+
+def test_redacted_block_streams_nothing_live_and_completes_redacted(server: LiveServer) -> None:
+    with server.client() as client:
+        assert client.post("/api/workflows", json=WORKFLOW).status_code == 201
+
+    frames = execute(server, {"input": f"Write to {EMAIL} please"})
+
+    assert frames[0]["type"] == "execution:started"
+    assert frames[-1]["type"] == "execution:completed"
+    assert all(f["executionId"] == frames[0]["executionId"] for f in frames)
+    assert all(f["workflowId"] == "contact" for f in frames)
+    live = {(f["type"], f["data"].get("blockId")) for f in frames}
+    assert ("stream:chunk", "public") in live
+    assert ("stream:chunk", "private") not in live
+    completed = {
+        f["data"]["blockId"]: f["data"].get("output")
+        for f in frames
+        if f["type"] == "block:completed"
+    }
+    assert EMAIL in completed["public"]["content"]
+    assert EMAIL not in json.dumps(completed["private"])
+    assert completed["private"]["content"], "redacted, not dropped"
+    assert EMAIL not in json.dumps([f for f in frames if f["data"].get("blockId") == "private"])
