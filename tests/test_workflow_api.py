@@ -169,7 +169,7 @@ def test_workflows_are_created_read_listed_replaced_and_deleted(live: LiveServer
     assert (replaced.status_code, replaced.json()["version"]) == (200, 2)
     assert (mismatched.status_code, mismatched.json()["error"]["field"]) == (422, "id")
     assert read.json()["workflow"]["name"] == "Diamond"
-    assert [w["workflow"]["id"] for w in listed.json()] == ["diamond"]
+    assert [w["workflow"]["id"] for w in listed.json()] == ["demo-parallel", "diamond"]
     assert deleted.status_code == 204
     assert gone.status_code == 404
     assert deleted_twice.status_code == 404
@@ -223,7 +223,7 @@ def test_invalid_definitions_are_refused_naming_every_block_at_fault(live: LiveS
     assert reference.status_code == 422
     assert reference.json()["error"]["field"].startswith("blocks.t")
     assert "nowhere" in reference.json()["error"]["message"]
-    assert nothing_saved.json() == []
+    assert [w["workflow"]["id"] for w in nothing_saved.json()] == ["demo-parallel"]
 
 
 # --- streaming -----------------------------------------------------------------------------
@@ -588,3 +588,15 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
         "The server stopped during the execution",
     )
     assert cancel.status_code == 409
+
+
+def test_the_demo_workflow_runs_the_demo_agent_twice_at_once(live: LiveServer) -> None:
+    frames = frames_of(stream(live, "demo-parallel", {"input": "17 * 23"}))
+
+    started = [f["block_id"] for f in frames if f["event"] == "block_started"]
+    assert started[:1] == ["start"]
+    assert set(started[1:3]) == {"arithmetic", "clock"}
+    calls = [(f["block_id"], f["tool_name"]) for f in frames if f["event"] == "tool_call"]
+    assert sorted(calls) == [("arithmetic", "calculator"), ("clock", "current_time")]
+    assert frames[-1]["event"] == "workflow_complete"
+    assert frames[-1]["result"]["report"].startswith("The answer is 391.\n")

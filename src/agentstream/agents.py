@@ -90,12 +90,15 @@ class AgentSpec(BaseModel):
 
 
 class Definitions(BaseModel):
-    """A definitions file: agents, and chat deployments of them."""
+    """A definitions file: agents, chat deployments of them, and workflows."""
 
     model_config = ConfigDict(extra="forbid")
 
     agents: list[AgentSpec] = Field(default_factory=list)
     deployments: list[DeploymentCreate] = Field(default_factory=list)
+    workflows: list[dict[str, Any]] = Field(default_factory=list)
+    """Workflow definitions, validated when the server applies them (``parse_workflow``:
+    a workflow's blocks refer to agents, so they are checked after the agents are in)."""
 
 
 def load_definitions(path: Path) -> Definitions:

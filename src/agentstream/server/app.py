@@ -28,6 +28,7 @@ from agentstream.runtime.executions import ExecutionLog, ExecutionManager
 from agentstream.runtime.runs import RunManager
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.server.agents import router as agents_router
+from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
 from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
 from agentstream.server.deployments import deploy
@@ -43,7 +44,12 @@ from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
 from agentstream.store.workflows import WorkflowStore
-from agentstream.workflows import RuntimeAgentRunner, SafeHttpClient, WorkflowEngine
+from agentstream.workflows import (
+    RuntimeAgentRunner,
+    SafeHttpClient,
+    WorkflowEngine,
+    parse_workflow,
+)
 
 __all__ = ["create_app"]
 
@@ -155,6 +161,7 @@ def create_app(
     app.include_router(sessions_router)
     app.include_router(knowledge_router)
     app.include_router(workflows_router)
+    app.include_router(canvas_router)
     app.include_router(chat_router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -218,6 +225,16 @@ async def _define(services: Services, definitions: Definitions, *, replace: bool
             else (existing_deployment.password_hash if existing_deployment else None)
         )
         await deploy(services, settings, password_hash)
+    for data in definitions.workflows:
+        workflow = parse_workflow(data, functions=services.executions.engine.functions)
+        existing_workflow = await services.workflows.get_workflow(workflow.id)
+        if existing_workflow is not None and not (
+            replace and existing_workflow.workflow != workflow
+        ):
+            continue
+        if existing_workflow is not None:
+            logger.warning("Workflow %r updated from the agents file", workflow.id)
+        await services.workflows.put_workflow(workflow)
 
 
 async def _demo_key(store: Store, settings: Settings) -> None:
