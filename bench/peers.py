@@ -6,8 +6,8 @@
   ``stream_mode="messages"``. The open-source package has no SSE server, so the tokens are
   encoded as the same minimal frames ours sends: LangGraph's cost plus the cheapest framing.
 
-Both models stream natively async, one word per chunk, at the same pace as ours (and
-unpaced, yield to the loop every 16 tokens as our offline model does).
+Both models stream natively async, one word per chunk, on the same schedule as ours
+(``ticks``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,22 @@ def word_count(prompt: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-async def words(count: int, delay: float) -> AsyncIterator[str]:
+async def ticks(count: int, delay: float) -> AsyncIterator[int]:
+    """1 to ``count``, each due ``delay`` seconds after the one before on a fixed schedule,
+    as a provider's tokens arrive on its clock: a busy loop delays a token without slowing
+    the ones after it. Unpaced, a bare yield to the loop every 16."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     for index in range(1, count + 1):
         if delay:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(started + index * delay - loop.time())
         elif index % 16 == 0:
             await asyncio.sleep(0)
+        yield index
+
+
+async def words(count: int, delay: float) -> AsyncIterator[str]:
+    async for index in ticks(count, delay):
         yield f" word{index}"
 
 

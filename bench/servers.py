@@ -1,10 +1,10 @@
 """Benchmark servers, each in its own process: ``python -m bench.servers KIND PORT ...``.
 
-- ``agentstream PORT DATA_DIR``: the real app with the demo agent and two bench agents:
-  ``clock`` (tokens are the time they were yielded, for latency) and ``tools`` (one turn of
-  many tool calls, for a run with many persisted events). The offline model's pace comes
-  from ``AGENTSTREAM_OFFLINE_TOKEN_DELAY`` (default 0). ``GET /bench/sql`` counts the SQL
-  statements the process has executed, by verb.
+- ``agentstream PORT DATA_DIR``: the real app with the demo agent and three bench agents:
+  ``words`` (the peers' model: "Write N words", paced by ``AGENTSTREAM_OFFLINE_TOKEN_DELAY``,
+  default 0, like the offline model), ``clock`` (tokens are the time they were yielded, for
+  latency) and ``tools`` (one turn of many tool calls, for many persisted events).
+  ``GET /bench/sql`` counts the SQL statements the process has executed, by verb.
 - ``baseline PORT [FRAMES_FILE]``: bare Starlette StreamingResponses, which is what a
   hand-rolled endpoint would do: ``/stream`` yields the given pre-encoded SSE frames,
   ``/paced`` yields delta frames at a pace, ``/replay`` a stored run's events.
@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import resource
@@ -46,7 +45,7 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.server import create_app
-from bench.peers import langgraph_app, pydantic_ai_app, word_count
+from bench.peers import langgraph_app, pydantic_ai_app, ticks, word_count
 
 CLOCK_PACE = 0.001
 """Seconds between the clock agent's tokens: paced, so each token travels on its own."""
@@ -54,15 +53,18 @@ TOOL_CALLS = 497
 """Calls in the tools agent's one turn: with the run's other events, 1,000 persisted."""
 
 
-class ClockModel:
-    """Streams "Write N words" as N tokens, each the Unix time in ns it was yielded at."""
+class WordsModel:
+    """Streams "Write N words" as N tokens on the schedule the peers use (``ticks``); with
+    ``clock``, each token is the Unix time in ns at which it was yielded."""
 
-    name = "clock"
+    def __init__(self, name: str, delay: float, *, clock: bool = False) -> None:
+        self.name = name
+        self.delay = delay
+        self.clock = clock
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
-        for _ in range(word_count(request.messages[-1].content)):
-            await asyncio.sleep(CLOCK_PACE)
-            yield TextPart(f" {time.time_ns()}")
+        async for index in ticks(word_count(request.messages[-1].content), self.delay):
+            yield TextPart(f" {time.time_ns()}" if self.clock else f" word{index}")
         yield TurnEndPart("end_turn")
 
 
@@ -90,9 +92,14 @@ def agentstream_app(data_dir: Path) -> Starlette:
 
     app = create_app(
         Settings(data_dir=data_dir, demo=True),
-        models=[ClockModel(), ScriptedModel("tools", tool_calls)],
+        models=[
+            WordsModel("clock", CLOCK_PACE, clock=True),
+            WordsModel("words", float(os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"])),
+            ScriptedModel("tools", tool_calls),
+        ],
         agents=[
             AgentSpec(id="clock", model="clock"),
+            AgentSpec(id="words", model="words"),
             AgentSpec(id="tools", model="tools", tools=["calculator"], max_steps=2),
         ],
     )
@@ -117,8 +124,7 @@ def baseline_app(frames: list[bytes]) -> Starlette:
         asked = await request.json()
 
         async def frames_() -> AsyncIterator[bytes]:
-            for seq in range(1, asked["tokens"] + 1):
-                await asyncio.sleep(asked["delay"])
+            async for seq in ticks(asked["tokens"], asked["delay"]):
                 token = time.time_ns() if asked.get("clock") else f"word{seq}"
                 yield b'id: %d\ndata: {"event":"content_delta","delta":" %s"}\n\n' % (
                     seq,

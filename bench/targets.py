@@ -42,7 +42,7 @@ def start(name: str, *, token_delay: float) -> Iterator[Target]:
         ):
             key = (Path(data_dir) / "demo-key").read_text().strip()
             body = json.dumps({"message": prompt, "reasoning": False})
-            yield Target(name, server, "/api/agents/demo/run/stream", body, {"apikey": key})
+            yield Target(name, server, "/api/agents/words/run/stream", body, {"apikey": key})
     elif name == "baseline":
         with server_process(name) as server:
             body = '{"tokens": {tokens}, "delay": ' + repr(token_delay) + "}"
