@@ -87,6 +87,25 @@ def test_streams_the_answer_with_thinking_and_tools(
     assert len(states) > 6, "text appeared token by token"
 
 
+def test_a_workflow_deployment_shows_its_blocks_one_after_the_other(
+    paced: LiveServer, page: playwright.Page
+) -> None:
+    page.add_init_script(RECORD_ANSWERS)
+    page.goto(f"{paced.url}/chat/two-questions")
+    playwright.expect(page.locator("h1")).to_have_text("Two questions at once")
+    page.fill("#input", "17 * 23")
+    page.press("#input", "Enter")
+
+    answer = page.locator(".assistant .answer").last
+    playwright.expect(answer).to_contain_text("The current time is")
+    playwright.expect(page.locator("#send")).to_be_visible()
+    text = answer.text_content() or ""
+    assert text.startswith("The answer is 391.\n\nThe current time is"), text
+    states: list[str] = page.evaluate("window.answerStates")
+    assert "The answer is 391.\n\nLet me use the current_time tool." in states
+    assert "The answer is 391." in states, "the clock block's reset kept the first block's text"
+
+
 def test_text_arrives_token_by_token(paced: LiveServer, page: playwright.Page) -> None:
     page.goto(f"{paced.url}/chat/your-slug")
     page.fill("#input", "Write 60 words")

@@ -1,7 +1,8 @@
-"""Chat deployments: an agent published at ``/api/chat/{slug}`` with its own access rules.
+"""Chat deployments: an agent or a workflow published at ``/api/chat/{slug}`` with its own
+access rules.
 
-A deployment pins a snapshot of the agent: editing the agent changes nothing here until
-the deployment is updated or redeployed, as the spec requires.
+A deployment pins a snapshot of what it serves: editing the agent (or workflow) changes
+nothing here until the deployment is updated or redeployed, as the spec requires.
 """
 
 from __future__ import annotations
@@ -10,9 +11,17 @@ import hashlib
 import hmac
 import re
 import secrets
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "Access",
@@ -46,6 +55,8 @@ class DeploymentUpdate(BaseModel):
     _not_null = field_validator("*", mode="before")(reject_null)
 
     agent_id: str | None = None
+    workflow_id: str | None = None
+    output_blocks: list[str] | None = None
     title: str | None = Field(default=None, max_length=200)
     greeting: str | None = Field(default=None, max_length=2_000)
     include_thinking: bool | None = Field(
@@ -68,7 +79,12 @@ class DeploymentSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     slug: Slug
-    agent_id: str
+    agent_id: str | None = None
+    """The agent this deployment serves; or ``workflow_id``, not both."""
+    workflow_id: str | None = None
+    """The workflow this deployment serves; ``output_blocks`` say which blocks answer."""
+    output_blocks: list[str] = Field(default_factory=list)
+    """For a workflow: the blocks whose output is the answer, in this order."""
     title: str = Field(default="", max_length=200)
     greeting: str = Field(default="", max_length=2_000)
     include_thinking: bool = Field(
@@ -87,10 +103,26 @@ class DeploymentSettings(BaseModel):
     redact_pii: bool = False
     """Mask emails, phones, card numbers, IBANs and IPs; answer text is then sent settled."""
 
+    @model_validator(mode="after")
+    def _one_target(self) -> Self:
+        if (self.agent_id is None) == (self.workflow_id is None):
+            raise ValueError("give agent_id or workflow_id, one of them")
+        if self.workflow_id is not None and not self.output_blocks:
+            raise ValueError("a workflow deployment names its output_blocks, the answer")
+        if self.agent_id is not None and self.output_blocks:
+            raise ValueError("output_blocks are for workflow deployments")
+        return self
+
     def updated(self, update: DeploymentUpdate) -> DeploymentSettings:
-        """These settings with the update applied, validated as a whole."""
+        """These settings with the update applied, validated as a whole. Naming a new
+        target replaces the old one."""
         changes = update.model_dump(exclude_unset=True, exclude={"password"})
-        return DeploymentSettings.model_validate({**self.model_dump(), **changes})
+        current = self.model_dump()
+        if "agent_id" in changes:
+            current.update(workflow_id=None, output_blocks=[])
+        if "workflow_id" in changes:
+            current.update(agent_id=None)
+        return DeploymentSettings.model_validate({**current, **changes})
 
 
 class DeploymentCreate(DeploymentSettings):

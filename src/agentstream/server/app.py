@@ -210,6 +210,16 @@ async def _define(services: Services, definitions: Definitions, *, replace: bool
             if existing is not None:
                 logger.warning("Agent %r updated from the agents file", spec.id)
             await store.put_agent(spec)
+    for data in definitions.workflows:
+        workflow = parse_workflow(data, functions=services.executions.engine.functions)
+        existing_workflow = await services.workflows.get_workflow(workflow.id)
+        if existing_workflow is not None and not (
+            replace and existing_workflow.workflow != workflow
+        ):
+            continue
+        if existing_workflow is not None:
+            logger.warning("Workflow %r updated from the agents file", workflow.id)
+        await services.workflows.put_workflow(workflow)
     for declared in definitions.deployments:
         existing_deployment = await store.get_deployment(declared.slug)
         settings = DeploymentSettings.model_validate(declared.model_dump(exclude={"password"}))
@@ -225,16 +235,6 @@ async def _define(services: Services, definitions: Definitions, *, replace: bool
             else (existing_deployment.password_hash if existing_deployment else None)
         )
         await deploy(services, settings, password_hash)
-    for data in definitions.workflows:
-        workflow = parse_workflow(data, functions=services.executions.engine.functions)
-        existing_workflow = await services.workflows.get_workflow(workflow.id)
-        if existing_workflow is not None and not (
-            replace and existing_workflow.workflow != workflow
-        ):
-            continue
-        if existing_workflow is not None:
-            logger.warning("Workflow %r updated from the agents file", workflow.id)
-        await services.workflows.put_workflow(workflow)
 
 
 async def _demo_key(store: Store, settings: Settings) -> None:

@@ -46,9 +46,7 @@ def canvas_policy(workflow: Workflow) -> CanvasPolicy:
     """Blocks whose configuration turns PII redaction on for their output (a
     ``redact_output`` field) are not forwarded live."""
     return CanvasPolicy(
-        redacted_blocks=frozenset(
-            block.id for block in workflow.blocks if block.redact_output
-        )
+        redacted_blocks=frozenset(block.id for block in workflow.blocks if block.redact_output)
     )
 
 

@@ -1,5 +1,8 @@
 """The public chat endpoint (spec 000): ``POST /api/chat/{slug}`` and the deployment's info.
 
+A deployment serves an agent (a run in the conversation's session) or a workflow (an
+execution; its output blocks answer).
+
 Access is the deployment's: public, password, email code or API key. The stream is the
 chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -24,8 +28,10 @@ from agentstream.server.frames import event_chunks
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.server.validation import MessageText
-from agentstream.store.store import StoredDeployment
+from agentstream.store.store import DeployedWorkflow, StoredAgent, StoredDeployment
 from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
+from agentstream.views.workflow_chat import WorkflowChatView
+from agentstream.workflows import parse_workflow
 
 __all__ = ["router"]
 
@@ -148,13 +154,21 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
     inside = await _has_access(svc, deployment, request)
     return ChatInfo(
         slug=s.slug,
-        title=s.title or deployment.agent.spec.name or s.slug,
+        title=s.title or _name(deployment) or s.slug,
         greeting=s.greeting if inside else "",
         access=s.access,
         authenticated=inside,
         includeThinking=s.include_thinking and inside,
         includeToolCalls=s.include_tool_calls and inside,
     )
+
+
+def _name(deployment: StoredDeployment) -> str:
+    target = deployment.target
+    if isinstance(target, StoredAgent):
+        return target.spec.name
+    name = target.definition.get("name")
+    return name if isinstance(name, str) else ""
 
 
 @router.post(
@@ -205,7 +219,7 @@ async def _stream(
     conversation_id: str | None,
     protocol: str | None,
 ) -> Response:
-    settings, agent = deployment.settings, deployment.agent
+    settings, target = deployment.settings, deployment.target
     negotiated = (protocol or "").strip().lower() == PROTOCOL_V1
     policy = ChatPolicy(
         protocol_v1=negotiated,
@@ -215,7 +229,35 @@ async def _stream(
         outputs=tuple(settings.outputs),
     )
     conversation_id = conversation_id or uuid.uuid4().hex
-    session_key = f"{settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
+    next_chunk, cancel = (
+        await _run_agent(svc, target, settings.slug, message, conversation_id, policy)
+        if isinstance(target, StoredAgent)
+        else await _run_workflow(
+            svc, target, settings.output_blocks, message, conversation_id, policy
+        )
+    )
+    return EventStreamResponse(
+        next_chunk,
+        keepalive=svc.settings.keepalive_seconds,
+        on_disconnect=cancel,
+        headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
+    )
+
+
+Started = tuple[Callable[[], Awaitable[bytes | None]], Callable[[], None]]
+"""The stream's ``next_chunk``, and what a disconnect calls."""
+
+
+async def _run_agent(
+    svc: Services,
+    agent: StoredAgent,
+    slug: str,
+    message: str,
+    conversation_id: str,
+    policy: ChatPolicy,
+) -> Started:
+    """A run of the agent in the conversation's session, so it remembers earlier turns."""
+    session_key = f"{slug}\n{agent.spec.id}\n{conversation_id}".encode()
     run = await svc.runs.start(
         agent,
         message,
@@ -230,9 +272,26 @@ async def _stream(
         subscription.close()
         svc.runs.cancel(run.run_id, "Client cancelled request")
 
-    return EventStreamResponse(
-        event_chunks(subscription, view.frames, trailer=DONE),
-        keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=cancel,
-        headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
-    )
+    return event_chunks(subscription, view.frames, trailer=DONE), cancel
+
+
+async def _run_workflow(
+    svc: Services,
+    deployed: DeployedWorkflow,
+    output_blocks: list[str],
+    message: str,
+    conversation_id: str,
+    policy: ChatPolicy,
+) -> Started:
+    """An execution of the pinned workflow on the message (a workflow keeps no memory)."""
+    workflow = parse_workflow(deployed.definition, functions=svc.executions.engine.functions)
+    execution_id = await svc.executions.start(workflow, message, version=deployed.version)
+    subscription = svc.executions.subscribe(execution_id)
+    assert subscription is not None  # in the log from the moment it started
+    view = WorkflowChatView(policy, output_blocks=output_blocks, conversation_id=conversation_id)
+
+    def cancel() -> None:
+        subscription.close()
+        svc.executions.cancel(execution_id, "Client cancelled request")
+
+    return event_chunks(subscription, view.frames, trailer=DONE), cancel

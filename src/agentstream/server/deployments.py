@@ -1,4 +1,5 @@
-"""Chat deployments API: publish an agent as a public chat, with toggles and access rules."""
+"""Chat deployments API: publish an agent or a workflow as a public chat, with toggles and
+access rules."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.store.store import StoredDeployment
+from agentstream.server.workflows import workflow_or_404
+from agentstream.store.store import DeployedWorkflow, StoredAgent, StoredDeployment
+from agentstream.store.workflows import definition_json
 
 __all__ = ["deploy", "deployment_or_404", "router"]
 
@@ -32,8 +35,10 @@ Svc = Annotated[Services, Depends(services)]
 
 class DeploymentOut(BaseModel):
     deployment: DeploymentSettings
-    agent_version: int
+    agent_version: int | None
     """The version of the agent this deployment pinned: redeploy to pick up changes."""
+    workflow_version: int | None
+    """Or of the workflow."""
     has_password: bool
     url: str
     updated_at: datetime
@@ -42,7 +47,10 @@ class DeploymentOut(BaseModel):
 def _out(stored: StoredDeployment) -> DeploymentOut:
     return DeploymentOut(
         deployment=stored.settings,
-        agent_version=stored.agent.version,
+        agent_version=stored.target.version if isinstance(stored.target, StoredAgent) else None,
+        workflow_version=(
+            stored.target.version if isinstance(stored.target, DeployedWorkflow) else None
+        ),
         has_password=stored.password_hash is not None,
         url=f"/chat/{stored.settings.slug}",
         updated_at=stored.updated_at,
@@ -66,10 +74,23 @@ def _check(settings: DeploymentSettings, password_hash: str | None) -> None:
 async def deploy(
     svc: Services, settings: DeploymentSettings, password_hash: str | None
 ) -> StoredDeployment:
-    """Validate and store a deployment with a fresh snapshot of its agent."""
+    """Validate and store a deployment with a fresh snapshot of its agent or workflow."""
     _check(settings, password_hash)
-    agent = await agent_or_404(svc, settings.agent_id)
-    return await svc.store.put_deployment(settings, agent=agent, password_hash=password_hash)
+    target: StoredAgent | DeployedWorkflow
+    if settings.agent_id is not None:
+        target = await agent_or_404(svc, settings.agent_id)
+    else:
+        assert settings.workflow_id is not None
+        stored = await workflow_or_404(svc, settings.workflow_id)
+        blocks = {block.id for block in stored.workflow.blocks}
+        if unknown := [b for b in settings.output_blocks if b not in blocks]:
+            raise UserError(
+                f"Workflow {settings.workflow_id!r} has no blocks {unknown}; "
+                f"it has {sorted(blocks)}",
+                field="output_blocks",
+            )
+        target = DeployedWorkflow(definition_json(stored.workflow), stored.version)
+    return await svc.store.put_deployment(settings, target=target, password_hash=password_hash)
 
 
 @router.get("")
@@ -101,7 +122,8 @@ async def update_deployment(slug: str, update: DeploymentUpdate, svc: Svc) -> De
 
 @router.post("/{slug}/redeploy")
 async def redeploy(slug: str, svc: Svc) -> DeploymentOut:
-    """Pick up the agent's current model, tools and instructions."""
+    """Pick up the agent's current model, tools and instructions (or the workflow's
+    current definition)."""
     stored = await deployment_or_404(svc, slug)
     return _out(await deploy(svc, stored.settings, stored.password_hash))
 

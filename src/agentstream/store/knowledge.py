@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from agentstream.store.store import now, utc
+from agentstream.store.clock import now, utc
 from agentstream.store.tables import (
     ChunkRow,
     ContextHandlerRow,

@@ -11,7 +11,7 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from agentstream.agents import AgentSpec
 from agentstream.deployments import DeploymentSettings
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message, RequestedToolCall
+from agentstream.store.clock import now, utc
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
@@ -36,18 +37,17 @@ from agentstream.store.tables import (
     SessionRow,
 )
 
-__all__ = ["ApprovalRecord", "PausedRun", "RunRecord", "Store", "StoredAgent", "StoredDeployment"]
+__all__ = [
+    "ApprovalRecord",
+    "DeployedWorkflow",
+    "PausedRun",
+    "RunRecord",
+    "Store",
+    "StoredAgent",
+    "StoredDeployment",
+]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def utc(moment: datetime) -> datetime:
-    """SQLite drops the zone on the way back: every time we store is UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _digest(key: str) -> str:
@@ -63,11 +63,21 @@ class StoredAgent:
 
 
 @dataclass(frozen=True, slots=True)
+class DeployedWorkflow:
+    """A workflow as a deployment pinned it."""
+
+    definition: dict[str, Any]
+    """As clients write it (``agentstream.workflows.parse_workflow`` reads it)."""
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoredDeployment:
     settings: DeploymentSettings
     password_hash: str | None
-    agent: StoredAgent
-    """The agent snapshot this deployment serves (its times are the deployment's)."""
+    target: StoredAgent | DeployedWorkflow
+    """The agent or workflow snapshot this deployment serves (its times are the
+    deployment's)."""
     updated_at: datetime
 
 
@@ -186,9 +196,13 @@ class Store:
     # Chat deployments
 
     async def put_deployment(
-        self, settings: DeploymentSettings, *, agent: StoredAgent, password_hash: str | None
+        self,
+        settings: DeploymentSettings,
+        *,
+        target: StoredAgent | DeployedWorkflow,
+        password_hash: str | None,
     ) -> StoredDeployment:
-        """Create or replace a deployment, pinning the given agent snapshot."""
+        """Create or replace a deployment, pinning the given agent or workflow snapshot."""
         async with self._session.begin() as db:
             row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
             if row is None:
@@ -196,8 +210,12 @@ class Store:
                 db.add(row)
             row.settings = settings.model_dump(mode="json")
             row.password_hash = password_hash
-            row.agent_spec = agent.spec.model_dump(mode="json")
-            row.agent_version = agent.version
+            agent = target if isinstance(target, StoredAgent) else None
+            workflow = target if isinstance(target, DeployedWorkflow) else None
+            row.agent_spec = agent.spec.model_dump(mode="json") if agent else None
+            row.agent_version = agent.version if agent else None
+            row.workflow_definition = workflow.definition if workflow else None
+            row.workflow_version = workflow.version if workflow else None
             row.updated_at = now()
         return _stored_deployment(row)
 
@@ -525,16 +543,22 @@ def _stored_agent(row: AgentRow) -> StoredAgent:
 
 
 def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
-    agent = StoredAgent(
-        spec=AgentSpec.model_validate(row.agent_spec),
-        version=row.agent_version,
-        created_at=utc(row.created_at),
-        updated_at=utc(row.updated_at),
-    )
+    target: StoredAgent | DeployedWorkflow
+    if row.agent_spec is not None and row.agent_version is not None:
+        target = StoredAgent(
+            spec=AgentSpec.model_validate(row.agent_spec),
+            version=row.agent_version,
+            created_at=utc(row.created_at),
+            updated_at=utc(row.updated_at),
+        )
+    else:
+        assert row.workflow_definition is not None
+        assert row.workflow_version is not None
+        target = DeployedWorkflow(row.workflow_definition, row.workflow_version)
     return StoredDeployment(
         settings=DeploymentSettings.model_validate(row.settings),
         password_hash=row.password_hash,
-        agent=agent,
+        target=target,
         updated_at=utc(row.updated_at),
     )
 

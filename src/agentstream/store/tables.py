@@ -125,16 +125,19 @@ class RunEventRow(Base):
 
 
 class DeploymentRow(Base):
-    """A chat deployment with the agent snapshot it serves."""
+    """A chat deployment with the snapshot of the agent or workflow it serves."""
 
     __tablename__ = "chat_deployments"
 
     slug: Mapped[str] = mapped_column(String(63), primary_key=True)
     settings: Mapped[dict[str, Any]] = mapped_column()
     password_hash: Mapped[str | None] = mapped_column(String(200))
-    agent_spec: Mapped[dict[str, Any]] = mapped_column()
+    agent_spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     """The agent as it was when deployed: later edits need a redeploy."""
-    agent_version: Mapped[int] = mapped_column(Integer)
+    agent_version: Mapped[int | None] = mapped_column(Integer)
+    workflow_definition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Or the workflow as it was when deployed."""
+    workflow_version: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

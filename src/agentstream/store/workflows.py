@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from agentstream.store.store import now, utc
+from agentstream.store.clock import now, utc
 from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.events import WorkflowEvent, WorkflowEventAdapter, WorkflowEventBase

@@ -42,6 +42,7 @@ __all__ = [
     "PROTOCOL_V1",
     "PUBLIC_ERRORS",
     "THINKING_CAP",
+    "ChatBlock",
     "ChatPolicy",
     "ChatView",
 ]
@@ -87,13 +88,25 @@ class ChatPolicy:
 
 
 @dataclass(slots=True)
-class _Block:
+class ChatBlock:
     streamed_text: bool = False
     """Live text went out in the current step and may need a ``chunk_reset``."""
     thinking_sent: int = 0
     thinking_step: int = 0
     """The step whose thinking went out last: a new step's starts on a new paragraph."""
     tool_calls: dict[str, Frame] = field(default_factory=dict)
+
+    def thinking(self, block_id: str, segment: int, text: str) -> list[Frame]:
+        """A thinking frame, within the block's cap; a new segment starts a new paragraph."""
+        if self.thinking_step not in (0, segment):
+            text = "\n\n" + text
+        self.thinking_step = segment
+        room = THINKING_CAP - self.thinking_sent
+        if room <= 0:
+            return []
+        text = text[:room]
+        self.thinking_sent += len(text)
+        return [{"blockId": block_id, "event": "thinking", "data": text}]
 
 
 class ChatView:
@@ -103,7 +116,7 @@ class ChatView:
         self.policy = policy
         self.block_id = block_id
         self.conversation_id = conversation_id
-        self._block = _Block()
+        self._block = ChatBlock()
 
     def frames(self, event: BaseEvent) -> list[Frame]:
         policy, block, block_id = self.policy, self._block, self.block_id
@@ -199,13 +212,4 @@ class ChatView:
         return self.policy.redact(text) if self.policy.redact else text
 
     def _thinking(self, step: int, text: str) -> list[Frame]:
-        block = self._block
-        if block.thinking_step not in (0, step):
-            text = "\n\n" + text
-        block.thinking_step = step
-        room = THINKING_CAP - block.thinking_sent
-        if room <= 0:
-            return []
-        text = text[:room]
-        block.thinking_sent += len(text)
-        return [{"blockId": self.block_id, "event": "thinking", "data": text}]
+        return self._block.thinking(self.block_id, step, text)

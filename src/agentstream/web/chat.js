@@ -68,8 +68,14 @@ class AssistantMessage {
     }
     item.dataset.status = frame.phase === "start" ? "running" : frame.status || "success";
   }
-  append(text) { this.answer.textContent += text; }
-  reset() { this.answer.textContent = ""; }
+  // Text is kept per block: a reset takes back only its own block's streamed text.
+  append(block, text) { this.block(block).textContent += text; }
+  reset(block) { this.block(block).textContent = ""; }
+  block(id) {
+    this.blocks ??= new Map();
+    if (!this.blocks.has(id)) this.answer.append(this.blocks.set(id, element("span")).get(id));
+    return this.blocks.get(id);
+  }
   fail(text) { this.root.append(element("p", "error", text)); }
 }
 
@@ -94,9 +100,9 @@ async function* sseData(body) {
 
 function handle(frame, message) {
   if (frame === "[DONE]") return;
-  if ("chunk" in frame) return message.append(frame.chunk);
+  if ("chunk" in frame) return message.append(frame.blockId, frame.chunk);
   switch (frame.event) {
-    case "chunk_reset": return message.reset();
+    case "chunk_reset": return message.reset(frame.blockId);
     case "thinking": return message.thinking(frame.data);
     case "tool": return message.tool(frame);
     case "error": return message.fail(frame.error);
