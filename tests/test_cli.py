@@ -250,3 +250,19 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     missing = invoke(*["deployments", "delete", "cli-chat", *common])
     assert missing.exit_code == 1
     assert "No chat deployment 'cli-chat'" in missing.output
+
+
+def test_deploy_a_workflow(server: LiveServer) -> None:
+    common = ["--url", server.url, "--key", server.key]
+    args = ["deployments", "set", "cli-flow", "--workflow", "demo-parallel"]
+    blocks = ["--output-block", "clock", "--output-block", "arithmetic"]
+    created = invoke(*args, *blocks, *common)
+    assert created.exit_code == 0, created.output
+    assert "workflow demo-parallel" in " ".join(created.output.split())
+    with server.client() as client:
+        stored = client.get("/api/chat-deployments/cli-flow").json()
+    assert stored["deployment"]["output_blocks"] == ["clock", "arithmetic"]
+    assert stored["workflow_version"] == 1
+    refused = invoke(*args, "--output-block", "nope", *common)
+    assert refused.exit_code == 1
+    assert "nope" in refused.output

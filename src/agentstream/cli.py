@@ -425,13 +425,15 @@ def _deployment_body(**options: Any) -> dict[str, Any]:
         "tool_calls": "include_tool_calls",
         "emails": "allowed_emails",
         "agent": "agent_id",
+        "workflow": "workflow_id",
+        "output_blocks": "output_blocks",
         "redact": "redact_pii",
     }
     return {names.get(k, k): v for k, v in options.items() if v is not None}
 
 
 def _print_deployments(deployments: list[dict[str, Any]], url: str) -> None:
-    table = Table("slug", "agent", "access", "thinking", "tools", "redact")
+    table = Table("slug", "serves", "access", "thinking", "tools", "redact")
     table.columns[0].no_wrap = True
     for item in deployments:
         d = item["deployment"]
@@ -439,7 +441,13 @@ def _print_deployments(deployments: list[dict[str, Any]], url: str) -> None:
             ("on" if d[k] else "off")
             for k in ("include_thinking", "include_tool_calls", "redact_pii")
         ]
-        table.add_row(d["slug"], f"{d['agent_id']} v{item['agent_version']}", d["access"], *flags)
+        serves = (
+            f"{d['agent_id']} v{item['agent_version']}"
+            if d["agent_id"]
+            else f"workflow {d['workflow_id']} v{item['workflow_version']} "
+            f"({', '.join(d['output_blocks'])})"
+        )
+        table.add_row(d["slug"], serves, d["access"], *flags)
     console = Console(highlight=False)
     console.print(table)
     for item in deployments:
@@ -459,6 +467,17 @@ def list_deployments(url: Url = DEFAULT_URL, key: Key = None) -> None:
 def set_deployment(
     slug: Annotated[str, typer.Argument(help="URL name: /chat/SLUG.")],
     agent: Annotated[str | None, typer.Option(help="The agent to publish.")] = None,
+    workflow: Annotated[
+        str | None, typer.Option(help="Or the workflow to publish (with --output-block).")
+    ] = None,
+    output_blocks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--output-block",
+            help="A workflow block whose output answers; repeat, in order.",
+            show_default=False,
+        ),
+    ] = None,
     title: Title = None,
     greeting: Greeting = None,
     thinking: Thinking = None,
@@ -470,10 +489,12 @@ def set_deployment(
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
-    """Publish an agent as /chat/SLUG, or change a deployment's settings. Either way the
-    chat serves a snapshot of the agent as it is now."""
+    """Publish an agent (or a workflow) as /chat/SLUG, or change a deployment's settings.
+    Either way the chat serves a snapshot of it as it is now."""
     changes = _deployment_body(
         agent=agent,
+        workflow=workflow,
+        output_blocks=output_blocks,
         title=title,
         greeting=greeting,
         thinking=thinking,
@@ -490,8 +511,8 @@ def set_deployment(
         except APIStatusError as exc:
             if exc.status_code != 404 or exc.field != "slug":
                 raise  # e.g. the agent does not exist: say that, do not try to create
-            if agent is None:
-                _fail(f"No chat deployment {slug!r} yet: pass --agent to create it.")
+            if agent is None and workflow is None:
+                _fail(f"No chat deployment {slug!r} yet: pass --agent or --workflow to create it.")
             deployed = client.request(
                 "POST", "/api/chat-deployments", json={"slug": slug, **changes}
             )
