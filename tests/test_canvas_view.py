@@ -16,8 +16,9 @@ from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.tools import ToolRegistry
+from agentstream.server.frames import encode_events
 from agentstream.sse import SSEDecoder
-from agentstream.views.canvas import CanvasPolicy, CanvasView, encode_frame
+from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP
 from agentstream.workflows import RuntimeAgentRunner, WorkflowEngine, parse_workflow
 from agentstream.workflows.events import (
@@ -281,10 +282,11 @@ def test_the_result_is_not_redacted_when_no_redacted_block_ran() -> None:
 
 def test_frames_encode_as_sse_with_the_event_id() -> None:
     e = Events()
-    (started,) = render([e(WorkflowStart, workflow_id="wf")])
-    text = encode_frame(started)
-    assert text.startswith("id: 1\ndata: {")
-    (event,) = SSEDecoder().feed(text.encode())
+    start = e(WorkflowStart, workflow_id="wf")
+    (started,) = render([start])
+    text = encode_events([start], CanvasView(workflow_id="wf").frames)
+    assert text.startswith(b"id: 1\ndata: {")
+    (event,) = SSEDecoder().feed(text)
     assert event.id == "1"
     assert event.json() == started
 

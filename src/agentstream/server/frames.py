@@ -18,6 +18,9 @@ Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
 
 E = TypeVar("E", bound=Sequenced)
 
+_to_json = json.JSONEncoder(separators=(",", ":")).encode
+"""One encoder for every frame: ``json.dumps`` with options builds a new one per call."""
+
 
 def native(event: BaseEvent) -> Iterable[dict[str, Any]]:
     shown = frame(event)
@@ -27,9 +30,7 @@ def native(event: BaseEvent) -> Iterable[dict[str, Any]]:
 def encode_events(events: Iterable[E], render: Callable[[E], Iterable[dict[str, Any]]]) -> bytes:
     """The SSE text of the frames the events become, each with ``id: <seq>``."""
     return "".join(
-        sse.encode(json.dumps(data, separators=(",", ":")), id=event.seq)
-        for event in events
-        for data in render(event)
+        sse.encode(_to_json(data), id=event.seq) for event in events for data in render(event)
     ).encode()
 
 

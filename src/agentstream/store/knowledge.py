@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentstream.store.clock import now, utc
+from agentstream.store.database import Database
 from agentstream.store.tables import (
     ChunkRow,
     ContextHandlerRow,
@@ -97,7 +98,7 @@ class KnowledgeStore:
     """Reads and writes of the knowledge tables, on the store's database."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._session = async_sessionmaker(engine, expire_on_commit=False)
+        self._db = Database(engine)
 
     async def create_base(
         self,
@@ -117,7 +118,7 @@ class KnowledgeStore:
             revision=0,
             created_at=now(),
         )
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             db.add(row)
         return _base(row, documents=0, chunks=0)
 
@@ -139,7 +140,7 @@ class KnowledgeStore:
             .where(DocumentRow.knowledge_base_id == KnowledgeBaseRow.id)
             .scalar_subquery()
         )
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.execute(
                 select(KnowledgeBaseRow, documents, chunks)
                 .where(*where)
@@ -148,7 +149,7 @@ class KnowledgeStore:
             return [_base(row, documents=d, chunks=c) for row, d, c in rows]
 
     async def delete_base(self, kb_id: str) -> bool:
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             result = await db.execute(delete(KnowledgeBaseRow).where(KnowledgeBaseRow.id == kb_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -171,7 +172,7 @@ class KnowledgeStore:
             chunk_count=len(chunks),
             created_at=now(),
         )
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             if not await _bump(db, kb_id):
                 return None
             db.add(row)
@@ -183,7 +184,7 @@ class KnowledgeStore:
         return _document(row)
 
     async def list_documents(self, kb_id: str) -> list[StoredDocument]:
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.scalars(
                 select(DocumentRow)
                 .where(DocumentRow.knowledge_base_id == kb_id)
@@ -192,7 +193,7 @@ class KnowledgeStore:
             return [_document(row) for row in rows]
 
     async def delete_document(self, kb_id: str, document_id: str) -> bool:
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             result = await db.execute(
                 delete(DocumentRow).where(
                     DocumentRow.id == document_id, DocumentRow.knowledge_base_id == kb_id
@@ -204,14 +205,14 @@ class KnowledgeStore:
         return True
 
     async def revision(self, kb_id: str) -> int | None:
-        async with self._session() as db:
+        async with self._db.session() as db:
             return await db.scalar(
                 select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
             )
 
     async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes]] | None:
         """The base's revision, and its chunks' ids and embeddings as of that revision."""
-        async with self._session() as db, db.begin():
+        async with self._db.session() as db, db.begin():
             revision = await db.scalar(
                 select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
             )
@@ -228,7 +229,7 @@ class KnowledgeStore:
 
     async def passages(self, chunk_ids: Sequence[int]) -> dict[int, tuple[ChunkRow, str]]:
         """Chunks by id, each with its document's name."""
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.execute(
                 select(ChunkRow, DocumentRow.name)
                 .join(DocumentRow, DocumentRow.id == ChunkRow.document_id)
@@ -247,12 +248,12 @@ class KnowledgeStore:
             citations=[asdict(c) for c in citations],
             created_at=now(),
         )
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             db.add(row)
         return _handler(row)
 
     async def get_handler(self, handler_id: str) -> ContextHandler | None:
-        async with self._session() as db:
+        async with self._db.session() as db:
             row = await db.get(ContextHandlerRow, handler_id)
             return None if row is None else _handler(row)
 

@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentstream.store.clock import now, utc
+from agentstream.store.database import Database
 from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.events import WorkflowEvent, WorkflowEventAdapter, WorkflowEventBase
@@ -56,14 +57,14 @@ class WorkflowStore:
     """Over the same engine as ``Store``, so one database holds everything."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._session = async_sessionmaker(engine, expire_on_commit=False)
+        self._db = Database(engine)
 
     # Definitions
 
     async def put_workflow(self, workflow: Workflow) -> StoredWorkflow:
         """Create the workflow, or replace it with a new version if its definition changed."""
         definition = definition_json(workflow)
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             row = await db.get(WorkflowRow, workflow.id, with_for_update=True)
             if row is None:
                 row = WorkflowRow(id=workflow.id, definition=definition, version=1)
@@ -76,18 +77,18 @@ class WorkflowStore:
         return _stored(row)
 
     async def get_workflow(self, workflow_id: str) -> StoredWorkflow | None:
-        async with self._session() as db:
+        async with self._db.session() as db:
             row = await db.get(WorkflowRow, workflow_id)
         return None if row is None else _stored(row)
 
     async def list_workflows(self) -> list[StoredWorkflow]:
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.scalars(select(WorkflowRow).order_by(WorkflowRow.id))
             return [_stored(row) for row in rows]
 
     async def delete_workflow(self, workflow_id: str) -> bool:
         """The definition only: its executions stay readable."""
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             result = await db.execute(delete(WorkflowRow).where(WorkflowRow.id == workflow_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -102,7 +103,7 @@ class WorkflowStore:
         draft: bool,
         input: Any,
     ) -> None:
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             db.add(
                 WorkflowExecutionRow(
                     id=execution_id,
@@ -119,8 +120,7 @@ class WorkflowStore:
             )
 
     async def append_event(self, event: WorkflowEventBase) -> None:
-        async with self._session.begin() as db:
-            db.add(_event_row(event))
+        await self._db.insert(_event_row(event))  # grouped with other runs' events
 
     async def finish_execution(
         self,
@@ -132,7 +132,7 @@ class WorkflowStore:
         last_event: WorkflowEventBase,
     ) -> None:
         """Record the outcome with the terminal event: all or nothing."""
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             db.add(_event_row(last_event))
             row = await db.get_one(WorkflowExecutionRow, execution_id)
             row.status = status
@@ -142,7 +142,7 @@ class WorkflowStore:
 
     async def mark_failed(self, execution_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             await db.execute(
                 update(WorkflowExecutionRow)
                 .where(
@@ -153,13 +153,13 @@ class WorkflowStore:
             )
 
     async def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        async with self._session() as db:
+        async with self._db.session() as db:
             row = await db.get(WorkflowExecutionRow, execution_id)
         return None if row is None else _record(row)
 
     async def list_executions(self, workflow_id: str, *, limit: int = 100) -> list[ExecutionRecord]:
         """The newest first."""
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.scalars(
                 select(WorkflowExecutionRow)
                 .where(WorkflowExecutionRow.workflow_id == workflow_id)
@@ -169,7 +169,7 @@ class WorkflowStore:
             return [_record(row) for row in rows]
 
     async def execution_events(self, execution_id: str) -> list[WorkflowEvent]:
-        async with self._session() as db:
+        async with self._db.session() as db:
             rows = await db.scalars(
                 select(WorkflowEventRow.payload)
                 .where(WorkflowEventRow.execution_id == execution_id)
@@ -179,7 +179,7 @@ class WorkflowStore:
 
     async def interrupt_unfinished(self) -> int:
         """Executions left ``running`` by a crash can never finish: say so."""
-        async with self._session.begin() as db:
+        async with self._db.write() as db:
             result = await db.execute(
                 update(WorkflowExecutionRow)
                 .where(WorkflowExecutionRow.status == "running")

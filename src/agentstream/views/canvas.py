@@ -24,13 +24,11 @@ Rules:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agentstream import sse
 from agentstream.redaction import redact as default_redact
 from agentstream.views.chat import THINKING_CAP
 from agentstream.workflows.events import (
@@ -52,7 +50,7 @@ from agentstream.workflows.events import (
     WorkflowStart,
 )
 
-__all__ = ["CanvasPolicy", "CanvasView", "encode_frame", "redact_value"]
+__all__ = ["CanvasPolicy", "CanvasView", "redact_value"]
 
 Frame = dict[str, Any]
 
@@ -225,8 +223,3 @@ class CanvasView:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def encode_frame(frame: Frame) -> str:
-    """One canvas frame as SSE text: an ``id:`` line (the event id) and one ``data:`` line."""
-    return sse.encode(json.dumps(frame, separators=(",", ":")), id=frame.get("eventId"))

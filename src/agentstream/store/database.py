@@ -1,0 +1,80 @@
+"""Sessions on the store's engine, with writes that queue instead of fighting over a lock.
+
+SQLite lets one connection write at a time; the others retry on a timer and, under load,
+give up with "database is locked" after seconds. So on SQLite this process's writes take
+turns on one lock per engine, shared by every store over it. And the events that runs
+persist one by one are written in groups: whoever holds the turn writes every event that
+is waiting, in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from weakref import WeakKeyDictionary
+
+import anyio
+from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from agentstream.store.tables import Base
+
+__all__ = ["Database"]
+
+_write_locks: WeakKeyDictionary[Engine, anyio.Lock] = WeakKeyDictionary()
+
+
+class Database:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.session = async_sessionmaker(engine, expire_on_commit=False)
+        """For reads."""
+        sqlite = engine.dialect.name == "sqlite"
+        self._turn = _write_locks.setdefault(engine.sync_engine, anyio.Lock()) if sqlite else None
+        self._grouping = anyio.Lock()
+        self._waiting: list[tuple[Base, asyncio.Future[None]]] = []
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A transaction that writes: committed when the block ends, rolled back on error."""
+        turn: AbstractAsyncContextManager[object] = self._turn or nullcontext()
+        async with turn, self.session.begin() as db:
+            yield db
+
+    async def insert(self, row: Base) -> None:
+        """Insert ``row``, with the other rows that wait meanwhile (group commit)."""
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((row, written))
+        async with self._grouping:
+            if written.done():
+                return written.result()
+            group, self._waiting = self._waiting, []
+            try:
+                await self._insert_group(group)
+            except BaseException:
+                # Cancelled while writing: the others' rows go back for their owners.
+                self._waiting[:0] = [item for item in group if not item[1].done()]
+                raise
+        return written.result()
+
+    async def _insert_group(self, group: list[tuple[Base, asyncio.Future[None]]]) -> None:
+        try:
+            async with self.write() as db:
+                db.add_all(row for row, _ in group)
+        except Exception:
+            if len(group) == 1:
+                raise
+            await self._insert_each(group)  # one bad row must not fail the others
+        else:
+            for _, written in group:
+                written.set_result(None)
+
+    async def _insert_each(self, group: list[tuple[Base, asyncio.Future[None]]]) -> None:
+        for row, written in group:
+            try:
+                async with self.write() as db:
+                    db.add(row)
+            except Exception as exc:
+                written.set_exception(exc)
+            else:
+                written.set_result(None)
