@@ -4,6 +4,7 @@ event stream of a diamond DAG, error edges, conditions, replay, cancel, and rest
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,15 @@ import httpx
 import pytest
 
 from agentstream.agents import AgentSpec
-from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from agentstream.sse import ServerSentEvent, SSEDecoder
@@ -26,6 +35,7 @@ from conftest import (
     LiveServer,
     call_wait_then_answer,
     free_port,
+    latest_run_id,
     make_settings,
     read_events,
     serve,
@@ -43,9 +53,35 @@ def chatter(request: ModelRequest) -> list[ModelPart]:
     return [*(TextPart(f"{word} ") for word in words), TurnEndPart("end_turn")]
 
 
+def shouter(request: ModelRequest) -> list[ModelPart]:
+    """The message in capitals, at once."""
+    return [TextPart(request.messages[-1].content.upper()), TurnEndPart("end_turn")]
+
+
+def coordinate(request: ModelRequest) -> list[ModelPart]:
+    """A coordinator: hands the message to all its entities at once, then joins their answers."""
+    answers = sorted(json.loads(m.content) for m in request.messages if m.role == "tool")
+    if answers:
+        return [TextPart("Crew: "), TextPart(" | ".join(answers)), TurnEndPart("end_turn")]
+    task = json.dumps({"task": request.messages[-1].content})
+    parts: list[ModelPart] = []
+    for tool in request.tools:
+        call_id = f"call_{tool.name}"
+        parts += [
+            ToolCallStartPart(call_id, tool.name),
+            ToolCallArgsPart(call_id, task),
+            ToolCallEndPart(call_id),
+        ]
+    return [*parts, TurnEndPart("tool_calls")]
+
+
 AGENTS = [
     AgentSpec(id="talker", model="chatter"),
     AgentSpec(id="waiter", model="scripted-wait", tools=["wait"]),
+    AgentSpec(id="shouter", model="shouter"),
+    AgentSpec(id="waiter-too", model="scripted-wait", tools=["wait"]),
+    AgentSpec(id="crew", model="coordinator", delegates=["talker", "shouter"]),
+    AgentSpec(id="stuck", model="coordinator", delegates=["waiter", "waiter-too"]),
 ]
 
 
@@ -56,6 +92,8 @@ def serve_workflows(tmp_path: Path, **overrides: Any) -> Any:
         models=[
             ScriptedModel("chatter", chatter, delay=0.01),
             ScriptedModel("scripted-wait", call_wait_then_answer),
+            ScriptedModel("shouter", shouter),
+            ScriptedModel("coordinator", coordinate),
         ],
         agents=AGENTS,
     )
@@ -600,3 +638,141 @@ def test_the_demo_workflow_runs_the_demo_agent_twice_at_once(live: LiveServer) -
     assert sorted(calls) == [("arithmetic", "calculator"), ("clock", "current_time")]
     assert frames[-1]["event"] == "workflow_complete"
     assert frames[-1]["result"]["report"].startswith("The answer is 391.\n")
+
+
+# --- orchestration blocks ------------------------------------------------------------------
+
+
+def _orchestrating(workflow_id: str, coordinator: str) -> dict[str, Any]:
+    return definition(
+        workflow_id,
+        [
+            {
+                "id": "team",
+                "type": "orchestration",
+                "orchestration": coordinator,
+                "input": "<start.input>",
+            },
+            {"id": "out", "type": "response", "output": "<team.content>"},
+        ],
+        [("start", "team"), ("team", "out")],
+    )
+
+
+def get_run(live: LiveServer, run_id: str) -> dict[str, Any]:
+    with live.client() as client:
+        response = client.get(f"/api/agents/runs/{run_id}")
+    assert response.status_code == 200, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
+def entity_runs(coordinator: dict[str, Any]) -> dict[str, str]:
+    """The run of each entity a coordinator's run delegated to, by entity."""
+    events = coordinator["events"]
+    return {e["entity"]: e["entity_run_id"] for e in events if e["event"] == "delegation_start"}
+
+
+def test_an_orchestration_block_answers_with_the_coordinators_synthesis(
+    live: LiveServer,
+) -> None:
+    save(live, _orchestrating("crewed", "crew"))
+    frames = frames_of(stream(live, "crewed", {"input": "north wall shut"}))
+
+    synthesis = "Crew: NORTH WALL SHUT | north wall shut "
+    assert frames[-1]["event"] == "workflow_complete"
+    assert frames[-1]["result"] == synthesis
+    mine = [f for f in frames if f.get("block_id") == "team"]
+    assert mine[-2] == {
+        "event": "block_output",
+        "block_id": "team",
+        "output": {"content": synthesis},
+    }
+    content = "".join(f["delta"] for f in mine if f["event"] == "content_delta")
+    assert content == synthesis, "entity text is not the block's content"
+    results = {f["tool_name"]: f["result"] for f in mine if f["event"] == "tool_result"}
+    assert results == {
+        "delegate_to_talker": "north wall shut ",
+        "delegate_to_shouter": "NORTH WALL SHUT",
+    }, "each delegation is a tool call of the block, its result the entity's answer"
+
+    coordinator = get_run(live, latest_run_id(live, "crew"))
+    assert (coordinator["status"], coordinator["content"]) == ("completed", synthesis)
+    assert coordinator["input"] == "north wall shut"
+    runs = entity_runs(coordinator)
+    assert set(runs) == {"talker", "shouter"}
+    for entity, run_id in runs.items():
+        run = get_run(live, run_id)
+        assert (run["agent_id"], run["status"]) == (entity, "completed")
+        assert run["content"] == results[f"delegate_to_{entity}"]
+
+
+def test_an_orchestration_block_refuses_an_agent_that_delegates_to_no_one(
+    live: LiveServer,
+) -> None:
+    save(live, _orchestrating("solo", "talker"))
+    frames = frames_of(stream(live, "solo", {"input": "hi"}))
+
+    error = next(f for f in frames if f["event"] == "block_error")
+    assert (error["block_id"], error["error"]) == (
+        "team",
+        "Agent 'talker' is not an orchestration: it delegates to no one",
+    )
+    assert frames[-1]["event"] == "workflow_error"
+    with pytest.raises(AssertionError, match="no run of talker"):
+        latest_run_id(live, "talker")
+
+
+def test_cancelling_the_workflow_mid_orchestration_cancels_coordinator_and_entities(
+    live: LiveServer,
+) -> None:
+    save(live, _orchestrating("stalled", "stuck"))
+    with (
+        live.client() as client,
+        client.stream(
+            "POST", "/api/workflows/stalled/run/stream", json={"input": "go"}
+        ) as response,
+    ):
+        chunks = response.iter_bytes()  # held: dropping it would close the stream
+        decoder = SSEDecoder()
+        frames: list[dict[str, Any]] = []
+        while names(frames).count("tool_call") < 2:
+            frames += [e.json() for e in decoder.feed(next(chunks))]
+        execution_id = frames[0]["execution_id"]
+        coordinator_id = latest_run_id(live, "stuck")
+        wait_until(lambda: len(entity_runs(get_run(live, coordinator_id))) == 2)
+        runs = entity_runs(get_run(live, coordinator_id))
+        wait_until(lambda: all(_in_tool(get_run(live, run_id)) for run_id in runs.values()))
+        cancelled = client.post(f"/api/workflows/executions/{execution_id}/cancel")
+        for chunk in chunks:
+            frames += [e.json() for e in decoder.feed(chunk)]
+
+    assert cancelled.json() == {"execution_id": execution_id, "status": "cancelled"}
+    assert frames[-1]["event"] == "workflow_error"
+    assert frames[-1]["status"] == "cancelled"
+    ends = [(f["tool_name"], f["status"]) for f in frames if f["event"] == "tool_result"]
+    assert sorted(ends) == [
+        ("delegate_to_waiter", "cancelled"),
+        ("delegate_to_waiter-too", "cancelled"),
+    ]
+    # The block waited for the coordinator's run to end, which waited for its entities'.
+    ended = execution(live, execution_id)["finished_at"]
+    coordinator = get_run(live, coordinator_id)
+    assert (coordinator["status"], coordinator["error"]) == (
+        "cancelled",
+        "Cancelled with its workflow execution",
+    )
+    assert coordinator["finished_at"] <= ended
+    for run_id in runs.values():
+        entity = get_run(live, run_id)
+        assert (entity["status"], entity["error"]) == (
+            "cancelled",
+            "Cancelled with its coordinator's run",
+        )
+        assert [(c["name"], c["status"]) for c in entity["tool_calls"]] == [("wait", "cancelled")]
+        assert entity["finished_at"] <= coordinator["finished_at"]
+
+
+def _in_tool(run: dict[str, Any]) -> bool:
+    """The run is going, inside its one tool call."""
+    return run["status"] == "running" and [c["status"] for c in run["tool_calls"]] == [None]

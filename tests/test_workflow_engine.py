@@ -3,6 +3,7 @@ references, agent and orchestration blocks, cancellation."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from agentstream.agents import AgentSpec
 from agentstream.errors import NotFound
-from agentstream.events import TextDelta, Usage
+from agentstream.events import BaseEvent, TextDelta, Usage
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -27,6 +28,7 @@ from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
+from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.workflows import (
     AgentEvents,
@@ -614,6 +616,23 @@ async def test_orchestration_blocks_run_through_their_runner_and_forward_its_tex
 
     recorder, _ = await execute(flow, "the job")
     assert "no runner is set up" in recorder.of("block_error")[0].error
+
+
+async def test_a_run_context_hands_events_to_its_sink_in_seq_order() -> None:
+    """Agent blocks run on a context whose sink is the block's: concurrent emitters (parallel
+    tool calls) must still reach it in order, however long the sink takes."""
+    seen: list[int] = []
+
+    async def sink(event: BaseEvent) -> None:
+        if event.seq == 1:
+            await anyio.sleep(0.01)  # the first event is slow to deliver
+        seen.append(event.seq)
+
+    ctx = RunContext("run", sink=sink)
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(functools.partial(ctx.emit, TextDelta, step=1, delta="x"))
+    assert seen == [1, 2, 3]
 
 
 # --- cancellation --------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""The per-run emitter: stamps each event with its seq and time, persists, then publishes."""
+"""The per-run emitter: stamps each event with its seq and time and hands it to the run's
+sink, which by default persists it (if its kind is), then publishes it."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -14,9 +16,29 @@ from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.store import Store
 
-__all__ = ["RunContext", "ToolCallScope", "current_tool_call"]
+__all__ = ["EventSink", "RunContext", "RunSink", "ToolCallScope", "current_tool_call"]
 
 E = TypeVar("E", bound=BaseEvent)
+
+EventSink = Callable[[BaseEvent], Awaitable[None]]
+"""Takes a run's events once stamped, one at a time and in seq order. Another sink than the
+run's own (``RunSink``) lets the agent loop run for someone else, e.g. a workflow block."""
+
+
+class RunSink:
+    """A run's own sink: a persisted event goes into the database before any viewer sees it,
+    so whatever a viewer saw can be replayed; the write is shielded so a cancel cannot tear
+    it. Then every event goes to the live log."""
+
+    def __init__(self, log: RunLog, store: Store) -> None:
+        self.log = log
+        self.store = store
+
+    async def __call__(self, event: BaseEvent) -> None:
+        if event.persisted:
+            with anyio.CancelScope(shield=True):
+                await self.store.append_event(event)
+        self.log.append(event)
 
 
 class RunContext:
@@ -26,23 +48,30 @@ class RunContext:
         self,
         run_id: str,
         *,
-        log: RunLog,
-        store: Store,
+        log: RunLog | None = None,
+        store: Store | None = None,
+        sink: EventSink | None = None,
         pricing: ModelInfo | None = None,
         seq: int = 0,
         usage: Usage | None = None,
     ) -> None:
-        """``seq`` and ``usage`` are where a continued (once paused) run left off."""
+        """Events go to ``sink``, by default the run's own: ``RunSink(log, store)``.
+        ``seq`` and ``usage`` are where a continued (once paused) run left off."""
+        if sink is None:
+            if log is None or store is None:
+                raise TypeError("RunContext needs a sink, or the run's log and store")
+            sink = RunSink(log, store)
         self.run_id = run_id
         self.pricing = pricing
         self.usage = usage or (pricing.priced(Usage()) if pricing else Usage())
         self.open_tool_calls: dict[str, tuple[int, str]] = {}
         """Tool calls announced but not settled: (step, tool name) by call id."""
         self._log = log
-        self._store = store
+        self._sink = sink
         self._seq = seq
-        self._in_order = anyio.Lock()
-        """Held from stamping a persisted event to publishing it, so seqs go out in order."""
+        self._in_order = anyio.Lock(fast_acquire=True)
+        """Held from stamping an event to its sink being done with it, so seqs go out in
+        order. Taken at once when free: a token costs no trip through the event loop."""
 
     def count(self, usage: Usage) -> None:
         """Add a turn's usage to the run's, priced at the model's rates."""
@@ -54,26 +83,18 @@ class RunContext:
         return kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
 
     def publish(self, event: BaseEvent) -> None:
-        """Deliver to live viewers (persisting, if due, is the caller's business)."""
+        """Deliver to a run's live viewers an event the caller persisted itself (its first and
+        last, written with the run's record)."""
+        if self._log is None:
+            raise TypeError("Only a run's own context publishes directly")
         self._log.append(event)
 
     async def emit(self, kind: type[E], /, **fields: Any) -> E:
-        """Create the next event of this run and deliver it.
-
-        A persisted event is in the database before any viewer sees it, so whatever a
-        viewer saw can be replayed; the write is shielded so a cancel cannot tear it.
-        Concurrent emitters (parallel tool calls) still publish in seq order.
-        """
-        if not kind.persisted and not self._in_order.locked():
-            event = self.stamp(kind, **fields)  # no await before it is published
-            self.publish(event)
-            return event
+        """Create the next event of this run and hand it to the sink. Concurrent emitters
+        (parallel tool calls) still deliver in seq order."""
         async with self._in_order:
             event = self.stamp(kind, **fields)
-            if kind.persisted:
-                with anyio.CancelScope(shield=True):
-                    await self._store.append_event(event)
-            self.publish(event)
+            await self._sink(event)
             return event
 
 

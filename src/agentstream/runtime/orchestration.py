@@ -10,8 +10,9 @@ record its ending, so no entity outlives its coordinator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import anyio
 
@@ -22,12 +23,13 @@ from agentstream.events import (
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
+    FailureStatus,
     RunCompleted,
     RunFailed,
     RunPaused,
+    RunStarted,
     TextDelta,
 )
-from agentstream.runlog import Subscription
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool
 from agentstream.store import Store
@@ -36,13 +38,13 @@ from agentstream.store.store import StoredAgent
 if TYPE_CHECKING:
     from agentstream.runtime.runs import RunManager
 
-__all__ = ["EntityFailed", "delegate_tools", "resolve_entities"]
+__all__ = ["EntityFailed", "RunEnding", "delegate_tools", "follow_run", "resolve_entities"]
 
 _TOOL_PREFIX = "delegate_to_"
 """A delegation tool is named this, then the entity's id."""
 _TASK = "The whole task, with all it needs to know: the agent sees nothing else."
 _STOP_WAIT = 10.0
-"""Seconds a cancelled entity gets to record its ending before the coordinator goes on."""
+"""Seconds a cancelled run gets to record its ending before its follower goes on."""
 
 
 class EntityFailed(RunError):
@@ -104,42 +106,68 @@ def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> To
 async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
     started = await runs.start(entity, task)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
-    subscription = runs.log.subscribe(started.run_id)
+
+    async def forward(event: BaseEvent) -> None:
+        match event:
+            case RunStarted():
+                await ctx.emit(DelegationStarted, **scope, task=task)
+            case TextDelta(delta=delta):
+                await ctx.emit(EntityChunk, **scope, delta=delta)
+
     try:
-        await ctx.emit(DelegationStarted, **scope, task=task)
-        last = await _follow(ctx, subscription, scope)
-    except BaseException:  # cancelled, most likely: the entity must not outlive the call
+        ending = await follow_run(
+            runs, started.run_id, forward, reason="Cancelled with its coordinator's run"
+        )
+    except BaseException:  # cancelled, most likely: follow_run stopped the entity
         with anyio.move_on_after(_STOP_WAIT, shield=True):
-            stopped = runs.cancel(started.run_id, "Cancelled with its coordinator's run")
+            await ctx.emit(DelegationCompleted, **scope, status="cancelled", error="Run cancelled")
+        raise
+    if ending.status == "completed":
+        await ctx.emit(DelegationCompleted, **scope, status="completed", content=ending.text)
+        return ending.text
+    await ctx.emit(DelegationCompleted, **scope, status=ending.status, error=ending.text)
+    raise EntityFailed(f"Agent {entity.spec.id!r} did not answer ({ending.status}): {ending.text}")
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnding:
+    """How a followed run ended."""
+
+    status: Literal["completed"] | FailureStatus
+    text: str
+    """The answer if it completed, else why not."""
+
+
+async def follow_run(
+    runs: RunManager, run_id: str, forward: Callable[[BaseEvent], Awaitable[None]], *, reason: str
+) -> RunEnding:
+    """Hand each event of a run just started to ``forward`` until the run ends; how it ended.
+
+    The run must not outlive its follower: should following stop first (cancelled, most
+    likely), the run is cancelled for ``reason`` and waited for until it has recorded its
+    ending. A run that pauses for an approval is cancelled: nobody would decide on it.
+    """
+    subscription = runs.log.subscribe(run_id)
+    last: BaseEvent | None = None
+    try:
+        while batch := await subscription.next_batch():
+            for event in batch:
+                await forward(event)
+            last = batch[-1]
+    except BaseException:
+        with anyio.move_on_after(_STOP_WAIT, shield=True):
+            stopped = runs.cancel(run_id, reason)
             if stopped is not None:
                 await stopped.wait()
-            await ctx.emit(DelegationCompleted, **scope, status="cancelled", error="Run cancelled")
         raise
     finally:
         subscription.close()
     match last:
         case RunCompleted(content=content):
-            await ctx.emit(DelegationCompleted, **scope, status="completed", content=content)
-            return content
+            return RunEnding("completed", content)
         case RunFailed(status=status, message=message):
-            error = message
+            return RunEnding(status, message)
         case RunPaused():
-            await runs.cancel_paused(started.run_id)
-            status, error = "cancelled", "It waited for an approval, which a delegation cannot"
-        case _:
-            status, error = "interrupted", "Its run ended without an outcome"
-    await ctx.emit(DelegationCompleted, **scope, status=status, error=error)
-    raise EntityFailed(f"Agent {entity.spec.id!r} did not answer ({status}): {error}")
-
-
-async def _follow(
-    ctx: RunContext, subscription: Subscription, scope: Mapping[str, Any]
-) -> BaseEvent | None:
-    """Forward the entity's answer text until its run's live part ends; its last event."""
-    last: BaseEvent | None = None
-    while batch := await subscription.next_batch():
-        for event in batch:
-            if isinstance(event, TextDelta):
-                await ctx.emit(EntityChunk, **scope, delta=event.delta)
-        last = batch[-1]
-    return last
+            await runs.cancel_paused(run_id)
+            return RunEnding("cancelled", "It waited for an approval, which nobody can give here")
+    return RunEnding("interrupted", "Its run ended without an outcome")

@@ -46,6 +46,7 @@ from agentstream.store.knowledge import KnowledgeStore
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import (
     RuntimeAgentRunner,
+    RuntimeOrchestrationRunner,
     SafeHttpClient,
     WorkflowEngine,
     parse_workflow,
@@ -100,21 +101,23 @@ def create_app(
                 )
             log = RunLog(retention=settings.run_retention_seconds)
             knowledge = Knowledge(KnowledgeStore(store.engine), MiniLM())
+            manager = RunManager(
+                store=store,
+                log=log,
+                models=model_registry,
+                tools=tool_registry,
+                knowledge=knowledge,
+            )
             engine = WorkflowEngine(
                 agents=RuntimeAgentRunner(
                     models=model_registry, tools=tool_registry, agents=saved_agent(store)
                 ),
+                orchestrations=RuntimeOrchestrationRunner(manager),
                 functions=functions,
                 http=SafeHttpClient(allow=settings.workflow_http_allow),
             )
             async with (
-                RunManager(
-                    store=store,
-                    log=log,
-                    models=model_registry,
-                    tools=tool_registry,
-                    knowledge=knowledge,
-                ) as manager,
+                manager,  # exits after the executions, so a cancelled one still stops its runs
                 ExecutionManager(
                     engine=engine,
                     store=workflows,

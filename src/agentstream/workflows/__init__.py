@@ -15,6 +15,7 @@ from agentstream.workflows.runners import (
     AgentRunner,
     OrchestrationRunner,
     RuntimeAgentRunner,
+    RuntimeOrchestrationRunner,
 )
 from agentstream.workflows.validation import load_workflow, parse_workflow
 
@@ -28,6 +29,7 @@ __all__ = [
     "Issue",
     "OrchestrationRunner",
     "RuntimeAgentRunner",
+    "RuntimeOrchestrationRunner",
     "SafeHttpClient",
     "Workflow",
     "WorkflowEngine",

@@ -10,21 +10,29 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from agentstream.agents import AgentSpec
-from agentstream.events import BaseEvent, Usage
+from agentstream.events import BaseEvent
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runtime.agent import AgentState, AwaitingApproval, run_agent
 from agentstream.runtime.context import RunContext
+from agentstream.runtime.orchestration import follow_run
 from agentstream.runtime.tools import ToolRegistry
 from agentstream.workflows.errors import BlockFailed
 
-__all__ = ["AgentEvents", "AgentRunner", "OrchestrationRunner", "RuntimeAgentRunner"]
+if TYPE_CHECKING:
+    from agentstream.runtime.runs import RunManager
 
-E = TypeVar("E", bound=BaseEvent)
+__all__ = [
+    "AgentEvents",
+    "AgentRunner",
+    "OrchestrationRunner",
+    "RuntimeAgentRunner",
+    "RuntimeOrchestrationRunner",
+]
 
 AgentEvents = Callable[[BaseEvent], Awaitable[None]]
 """Where a runner sends the canonical events of the agents it runs, as they happen."""
@@ -48,7 +56,8 @@ class OrchestrationRunner(Protocol):
 
 class RuntimeAgentRunner:
     """Runs agents on the runtime's own agent loop, as a run does, but each event goes to
-    the workflow instead of a run's log and store."""
+    the workflow instead of a run's log and store (the context's sink is the block's
+    ``events``)."""
 
     def __init__(
         self,
@@ -69,7 +78,10 @@ class RuntimeAgentRunner:
         if unknown := [name for name in spec.tools if name not in self.tools]:
             raise BlockFailed(f"Agent {spec.id!r} uses unknown tools: {', '.join(unknown)}")
         model = self.models.get(spec.model)
-        context = _ForwardingContext(events, self.models, spec.model)
+        # Not a run: nothing is kept, every event goes to the workflow, which keeps its own.
+        context = RunContext(
+            f"wfa_{uuid.uuid4().hex}", sink=events, pricing=self.models.info(spec.model)
+        )
         state = AgentState.begin(spec, [], message)
         try:
             with anyio.fail_after(spec.timeout_seconds):
@@ -94,23 +106,37 @@ class RuntimeAgentRunner:
         return answer.content
 
 
-class _ForwardingContext(RunContext):
-    """A run context that keeps nothing: every event goes to the workflow, which stamps,
-    publishes and persists it as its own. The log and store of a run are never touched, so
-    they are not set up."""
+class RuntimeOrchestrationRunner:
+    """Runs an orchestration as a run of its coordinator agent, so the coordinator and each
+    entity it delegates to are recorded, replayable and cancellable like any run.
 
-    def __init__(self, events: AgentEvents, models: ModelRegistry, model: str) -> None:
-        self.run_id = f"wfa_{uuid.uuid4().hex}"
-        self.pricing = models.info(model)
-        self.usage = self.pricing.priced(Usage())
-        self.open_tool_calls = {}
-        self._seq = 0
-        self._events = events
+    Every event of the coordinator's run goes to the block's ``events``: its text, reasoning
+    and tool calls (a delegation is its ``delegate_to_<entity>`` tool call, whose result is
+    the entity's answer), and its delegation events, which a workflow may drop. Entity text
+    reaches the workflow only as those results, never as the block's own content. Cancelling
+    the block cancels the coordinator's run, which cancels its entities' runs.
+    """
 
-    def publish(self, event: BaseEvent) -> None:
-        raise NotImplementedError("events go through emit")
+    def __init__(self, runs: RunManager) -> None:
+        self.runs = runs
 
-    async def emit(self, kind: type[E], /, **fields: Any) -> E:
-        event = self.stamp(kind, **fields)
-        await self._events(event)
-        return event
+    async def run_orchestration(
+        self, orchestration: str, message: str, *, events: AgentEvents
+    ) -> str:
+        coordinator = await self.runs.store.get_agent(orchestration)
+        if coordinator is None:
+            raise BlockFailed(f"No agent {orchestration!r} to coordinate the orchestration")
+        if not coordinator.spec.delegates:
+            raise BlockFailed(
+                f"Agent {orchestration!r} is not an orchestration: it delegates to no one"
+            )
+        with anyio.CancelScope(shield=True):  # a run recorded is a run launched and followed
+            started = await self.runs.start(coordinator, message)
+        ending = await follow_run(
+            self.runs, started.run_id, events, reason="Cancelled with its workflow execution"
+        )
+        if ending.status != "completed":
+            raise BlockFailed(
+                f"Orchestration {orchestration!r} did not answer ({ending.status}): {ending.text}"
+            )
+        return ending.text
