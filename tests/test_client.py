@@ -334,5 +334,5 @@ async def test_request_reaches_the_rest_of_the_api(server: LiveServer) -> None:
             await client.arequest("GET", "/api/chat-deployments/nowhere")
     with Client(server.url, server.key) as sync_client:
         assert sync_client.request("GET", "/api/chat-deployments") == deployments
-    assert [d["deployment"]["slug"] for d in deployments] == ["your-slug"]
+    assert [d["deployment"]["slug"] for d in deployments] == ["two-questions", "your-slug"]
     assert (info.value.status_code, info.value.field) == (404, "slug")
