@@ -1,5 +1,5 @@
 """The canvas execution-events stream over real HTTP: always opted in, and a block with PII
-redaction on its output is never forwarded live."""
+redaction on its output, or reading such an output, is never forwarded live."""
 
 from __future__ import annotations
 
@@ -22,12 +22,16 @@ WORKFLOW = {
             "redact_output": True,
         },
         {"id": "public", "type": "agent", "agent": {"id": "q"}, "input": "<start.input>"},
+        {"id": "quote", "type": "template", "template": "They wrote: <private.content>"},
+        {"id": "echo", "type": "agent", "agent": {"id": "e"}, "input": "<quote.text>"},
         {"id": "out", "type": "response", "output": "<public.content>"},
     ],
     "edges": [
         {"from": "start", "to": "private"},
         {"from": "start", "to": "public"},
-        {"from": "private", "to": "out"},
+        {"from": "private", "to": "quote"},
+        {"from": "quote", "to": "echo"},
+        {"from": "echo", "to": "out"},
         {"from": "public", "to": "out"},
     ],
 }
@@ -43,7 +47,9 @@ def execute(server: LiveServer, body: dict[str, Any]) -> list[dict[str, Any]]:
         return [json.loads(event.data) for event in read_events(response)]
 
 
-def test_redacted_block_streams_nothing_live_and_completes_redacted(server: LiveServer) -> None:
+def test_redacted_block_and_its_readers_stream_nothing_live_and_complete_redacted(
+    server: LiveServer,
+) -> None:
     with server.client() as client:
         assert client.post("/api/workflows", json=WORKFLOW).status_code == 201
 
@@ -55,7 +61,9 @@ def test_redacted_block_streams_nothing_live_and_completes_redacted(server: Live
     assert all(f["workflowId"] == "contact" for f in frames)
     live = {(f["type"], f["data"].get("blockId")) for f in frames}
     assert ("stream:chunk", "public") in live
-    assert ("stream:chunk", "private") not in live
+    private = ("private", "quote", "echo")  # quote reads private, echo reads quote
+    for block_id in private:
+        assert ("stream:chunk", block_id) not in live
     completed = {
         f["data"]["blockId"]: f["data"].get("output")
         for f in frames
@@ -64,4 +72,6 @@ def test_redacted_block_streams_nothing_live_and_completes_redacted(server: Live
     assert EMAIL in completed["public"]["content"]
     assert EMAIL not in json.dumps(completed["private"])
     assert completed["private"]["content"], "redacted, not dropped"
-    assert EMAIL not in json.dumps([f for f in frames if f["data"].get("blockId") == "private"])
+    assert completed["quote"]["text"].startswith("They wrote: ")
+    assert completed["echo"]["content"]
+    assert EMAIL not in json.dumps([f for f in frames if f["data"].get("blockId") in private])

@@ -19,6 +19,10 @@ from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.workflows import Workflow, parse_workflow
+from agentstream.workflows.definition import Block
+from agentstream.workflows.expressions import ExpressionError, parse_expression
+from agentstream.workflows.graph import Graph
+from agentstream.workflows.references import find_references
 
 __all__ = ["canvas_policy", "router"]
 
@@ -44,10 +48,31 @@ class DraftRunIn(BaseModel):
 
 def canvas_policy(workflow: Workflow) -> CanvasPolicy:
     """Blocks whose configuration turns PII redaction on for their output (a
-    ``redact_output`` field) are not forwarded live."""
-    return CanvasPolicy(
-        redacted_blocks=frozenset(block.id for block in workflow.blocks if block.redact_output)
-    )
+    ``redact_output`` field) are not forwarded live, and neither is any block that reads
+    such an output, directly or through other blocks: redaction follows the data."""
+    graph = Graph(workflow)
+    redacted: set[str] = set()
+    for block_id in graph.order:  # upstream first: whether what a block reads is redacted
+        block = graph.blocks[block_id]
+        if block.redact_output or not redacted.isdisjoint(_reads(block)):
+            redacted.add(block_id)
+    return CanvasPolicy(redacted_blocks=frozenset(redacted))
+
+
+def _reads(block: Block) -> set[str]:
+    """The ids of the blocks whose outputs ``block`` references, in templates or
+    expressions."""
+    found = {
+        reference.block_id
+        for field in block.templated
+        for reference in find_references(getattr(block, field))
+    }
+    for text in block.expressions().values():
+        try:
+            found.update(reference.block_id for reference in parse_expression(text).references())
+        except ExpressionError:
+            continue  # such a definition was refused before it could run
+    return found
 
 
 @router.post(
