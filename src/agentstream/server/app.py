@@ -93,14 +93,14 @@ def create_app(
                 logger.warning(
                     "Marked %d run(s) left running by a crash as interrupted", interrupted
                 )
-            workflows = WorkflowStore(store.engine)
+            workflows = WorkflowStore(store.db)
             if interrupted := await workflows.interrupt_unfinished():
                 logger.warning(
                     "Marked %d workflow execution(s) left running by a crash as interrupted",
                     interrupted,
                 )
             log = RunLog(retention=settings.run_retention_seconds)
-            knowledge = Knowledge(KnowledgeStore(store.engine), MiniLM())
+            knowledge = Knowledge(KnowledgeStore(store.db), MiniLM())
             manager = RunManager(
                 store=store,
                 log=log,

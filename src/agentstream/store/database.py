@@ -2,7 +2,7 @@
 
 SQLite lets one connection write at a time; the others retry on a timer and, under load,
 give up with "database is locked" after seconds. So on SQLite this process's writes take
-turns on one lock per engine, shared by every store over it. And the events that runs
+turns on one lock, shared by every store over the engine. And the events that runs
 persist one by one are written in groups: whoever holds the turn writes every event that
 is waiting, in one transaction.
 """
@@ -12,25 +12,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from weakref import WeakKeyDictionary
 
 import anyio
-from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentstream.store.tables import Base
 
 __all__ = ["Database"]
 
-_write_locks: WeakKeyDictionary[Engine, anyio.Lock] = WeakKeyDictionary()
-
 
 class Database:
+    """One per engine: every store over the engine shares it (and its turn to write)."""
+
     def __init__(self, engine: AsyncEngine) -> None:
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
-        sqlite = engine.dialect.name == "sqlite"
-        self._turn = _write_locks.setdefault(engine.sync_engine, anyio.Lock()) if sqlite else None
+        self._turn = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self._grouping = anyio.Lock()
         self._waiting: list[tuple[Base, asyncio.Future[None]]] = []
 
@@ -51,9 +48,13 @@ class Database:
             group, self._waiting = self._waiting, []
             try:
                 await self._insert_group(group)
+            except Exception as exc:
+                for _, unwritten in group:
+                    if not unwritten.done():
+                        unwritten.set_exception(exc)
             except BaseException:
                 # Cancelled while writing: the others' rows go back for their owners.
-                self._waiting[:0] = [item for item in group if not item[1].done()]
+                self._waiting[:0] = [item for item in group if item[1] is not written]
                 raise
         return written.result()
 

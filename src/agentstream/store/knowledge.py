@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -97,8 +96,8 @@ class ContextHandler:
 class KnowledgeStore:
     """Reads and writes of the knowledge tables, on the store's database."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._db = Database(engine)
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def create_base(
         self,

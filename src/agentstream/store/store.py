@@ -127,7 +127,8 @@ class Store:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._db = Database(engine)
+        self.db = Database(engine)
+        """Shared with the other stores over this engine (``KnowledgeStore``, ...)."""
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -150,13 +151,13 @@ class Store:
     async def create_api_key(self, name: str) -> str:
         """A new key; only its digest is kept, so this is the one time it can be read."""
         key = "as_" + secrets.token_urlsafe(24)
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=now()))
         return key
 
     async def api_key_name(self, key: str) -> str | None:
         """The name the key was created with, or None if it is not a key of this server."""
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             return await db.scalar(select(ApiKeyRow.name).where(ApiKeyRow.digest == _digest(key)))
 
     async def is_api_key(self, key: str) -> bool:
@@ -166,7 +167,7 @@ class Store:
 
     async def put_agent(self, spec: AgentSpec) -> StoredAgent:
         """Create the agent, or replace it with a new version if its definition changed."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             row = await db.get(AgentRow, spec.id, with_for_update=True)
             definition = spec.model_dump(mode="json")
             if row is None:
@@ -180,17 +181,17 @@ class Store:
         return _stored_agent(row)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             row = await db.get(AgentRow, agent_id)
         return None if row is None else _stored_agent(row)
 
     async def list_agents(self) -> list[StoredAgent]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(select(AgentRow).order_by(AgentRow.id))
             return [_stored_agent(row) for row in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(delete(AgentRow).where(AgentRow.id == agent_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -204,7 +205,7 @@ class Store:
         password_hash: str | None,
     ) -> StoredDeployment:
         """Create or replace a deployment, pinning the given agent or workflow snapshot."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
             if row is None:
                 row = DeploymentRow(slug=settings.slug, created_at=now())
@@ -221,17 +222,17 @@ class Store:
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             row = await db.get(DeploymentRow, slug)
         return None if row is None else _stored_deployment(row)
 
     async def list_deployments(self) -> list[StoredDeployment]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(select(DeploymentRow).order_by(DeploymentRow.slug))
             return [_stored_deployment(row) for row in rows]
 
     async def delete_deployment(self, slug: str) -> bool:
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(delete(DeploymentRow).where(DeploymentRow.slug == slug))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -239,18 +240,18 @@ class Store:
 
     async def session_agent(self, session_id: str) -> str | None:
         """The agent a session belongs to, or None if there is no such session."""
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             return await db.scalar(select(SessionRow.agent_id).where(SessionRow.id == session_id))
 
     async def session_created_at(self, session_id: str) -> datetime | None:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             found = await db.scalar(
                 select(SessionRow.created_at).where(SessionRow.id == session_id)
             )
         return None if found is None else utc(found)
 
     async def session_runs(self, session_id: str) -> list[RunRecord]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(
                 select(RunRow).where(RunRow.session_id == session_id).order_by(RunRow.created_at)
             )
@@ -258,12 +259,12 @@ class Store:
 
     async def delete_session(self, session_id: str) -> bool:
         """The session with its messages, runs, their events and approvals."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(delete(SessionRow).where(SessionRow.id == session_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def history(self, session_id: str) -> list[Message]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(
                 select(MessageRow)
                 .where(MessageRow.session_id == session_id)
@@ -284,7 +285,7 @@ class Store:
     ) -> None:
         """The run, its first event (and its new session): one transaction, one round trip
         before a viewer's first byte."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             if new_session:
                 db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now()))
                 await db.flush()
@@ -304,7 +305,7 @@ class Store:
             db.add(_event_row(first_event))
 
     async def append_event(self, event: BaseEvent) -> None:
-        await self._db.insert(_event_row(event))  # grouped with other runs' events
+        await self.db.insert(_event_row(event))  # grouped with other runs' events
 
     async def finish_run(
         self,
@@ -319,7 +320,7 @@ class Store:
     ) -> None:
         """Record the outcome, its last event, and the run's exchange in its session: all
         or nothing."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             db.add(_event_row(last_event))
             run = await db.get_one(RunRow, run_id)
             run.status = status
@@ -333,12 +334,12 @@ class Store:
             db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             row = await db.get(RunRow, run_id)
         return None if row is None else _run_record(row)
 
     async def run_events(self, run_id: str) -> list[Event]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(
                 select(RunEventRow.payload)
                 .where(RunEventRow.run_id == run_id)
@@ -359,7 +360,7 @@ class Store:
     ) -> None:
         """Save what the run needs to continue and the approvals it waits for: all or nothing."""
         paused_at = now()
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             db.add(_event_row(last_event))
             run = await db.get_one(RunRow, run_id)
             run.status = "awaiting_approval"
@@ -379,7 +380,7 @@ class Store:
             )
 
     async def approvals(self, run_id: str) -> list[ApprovalRecord]:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             rows = await db.scalars(
                 select(ApprovalRow)
                 .where(ApprovalRow.run_id == run_id)
@@ -391,7 +392,7 @@ class Store:
         self, run_id: str, call_id: str, *, approved: bool, reason: str | None, decided_by: str
     ) -> bool:
         """Record a decision on a pending approval; False if it was not pending (any more)."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(
                 update(ApprovalRow)
                 .where(
@@ -410,7 +411,7 @@ class Store:
 
     async def paused_state(self, run_id: str) -> dict[str, Any] | None:
         """What a paused run saved, without claiming it; None if it is not paused."""
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             return await db.scalar(
                 select(RunRow.paused_state).where(
                     RunRow.id == run_id, RunRow.status == "awaiting_approval"
@@ -420,7 +421,7 @@ class Store:
     async def claim_paused_run(self, run_id: str) -> PausedRun | None:
         """Move a paused run back to ``running`` for whoever continues it; None if someone
         else did (or it is not paused)."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(
                 update(RunRow)
                 .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
@@ -442,7 +443,7 @@ class Store:
 
     async def session_paused(self, session_id: str) -> bool:
         """Whether the session has a run waiting for approval (it takes no new message)."""
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             found = await db.scalar(
                 select(RunRow.id).where(
                     RunRow.session_id == session_id, RunRow.status == "awaiting_approval"
@@ -452,7 +453,7 @@ class Store:
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             await db.execute(
                 update(RunRow)
                 .where(RunRow.id == run_id)
@@ -461,7 +462,7 @@ class Store:
 
     async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool:
         """End a run that waits for approval as cancelled; its open approvals with it."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(
                 update(RunRow)
                 .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
@@ -482,7 +483,7 @@ class Store:
     async def decided_paused_runs(self) -> list[str]:
         """Paused runs whose approvals are all decided: a crash came between the last
         decision and the run going on."""
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             pending = select(ApprovalRow.run_id).where(ApprovalRow.decision == "pending")
             rows = await db.scalars(
                 select(RunRow.id).where(
@@ -492,7 +493,7 @@ class Store:
             return list(rows)
 
     async def last_seq(self, run_id: str) -> int:
-        async with self._db.session() as db:
+        async with self.db.session() as db:
             found = await db.scalar(
                 select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
             )
@@ -500,7 +501,7 @@ class Store:
 
     async def interrupt_unfinished_runs(self) -> int:
         """Runs left ``running`` by a crash can never finish: say so."""
-        async with self._db.write() as db:
+        async with self.db.write() as db:
             result = await db.execute(
                 update(RunRow)
                 .where(RunRow.status == "running")

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -56,8 +55,8 @@ class ExecutionRecord:
 class WorkflowStore:
     """Over the same engine as ``Store``, so one database holds everything."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._db = Database(engine)
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # Definitions
 

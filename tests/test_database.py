@@ -1,0 +1,71 @@
+"""Grouped inserts on a real SQLite file: a bad row fails only its own caller, and a row
+whose write failed is never written later."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from agentstream.agents import AgentSpec
+from agentstream.events import RunStarted, StepStarted
+from agentstream.store import Store
+from agentstream.store.tables import RunEventRow
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        agent = await store.put_agent(AgentSpec(id="a"))
+
+        async def create_run(run_id: str) -> None:
+            first = RunStarted(
+                run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=run_id
+            )
+            await store.create_run(
+                run_id=run_id,
+                agent=agent,
+                session_id=run_id,
+                new_session=True,
+                input="hi",
+                reasoning_requested=False,
+                first_event=first,
+            )
+
+        await create_run("run_1")
+        outcomes: dict[int, str] = {}
+
+        async def append(seq: int, run_id: str) -> None:
+            try:
+                await store.append_event(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
+                outcomes[seq] = "written"
+            except IntegrityError:
+                outcomes[seq] = "refused"
+
+        async with anyio.create_task_group() as group:  # queued together: one group
+            for seq in range(2, 12):
+                group.start_soon(append, seq, "run_1" if seq != 6 else "no_such_run")
+        assert outcomes == {seq: "refused" if seq == 6 else "written" for seq in range(2, 12)}
+
+        await append(2, "run_2")  # refused: run_2 does not exist yet
+        assert outcomes[2] == "refused"
+        await create_run("run_2")
+        await append(12, "run_1")  # must not carry the refused row along, now valid
+        async with store.db.session() as db:
+            rows = (await db.execute(select(RunEventRow.run_id, RunEventRow.seq))).all()
+        assert sorted(rows) == sorted(
+            [("run_1", seq) for seq in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12)] + [("run_2", 1)]
+        )
+    finally:
+        await store.close()
