@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import NotFound, UserError
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import encode_events, event_chunks
+from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.canvas import CanvasPolicy, CanvasView
@@ -142,23 +142,13 @@ async def execution_canvas(
     start = max(after or 0, last_event_id or 0)
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
-    live = svc.executions.subscribe(execution_id, after=start)
-    if live is not None:
-        return EventStreamResponse(
-            event_chunks(live, view.frames),
-            keepalive=svc.settings.keepalive_seconds,
-            on_disconnect=live.close,
-        )
-    events = await svc.workflows.execution_events(execution_id)
-    replay = encode_events([e for e in events if e.seq > start], view.frames)
-    if not replay:
-        return Response(status_code=204)
-    pending = [replay]
-
-    async def next_chunk() -> bytes | None:
-        return pending.pop() if pending else None
-
-    return EventStreamResponse(next_chunk, keepalive=svc.settings.keepalive_seconds)
+    return await follow_or_replay(
+        svc.executions.subscribe(execution_id, after=start),
+        lambda: svc.workflows.execution_events(execution_id),
+        view.frames,
+        after=start,
+        keepalive=svc.settings.keepalive_seconds,
+    )
 
 
 @router.get("/workflows/{workflow_id}/run", include_in_schema=False)

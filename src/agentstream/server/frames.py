@@ -1,17 +1,21 @@
-"""From a run subscription to SSE bytes: render each event with a view, encode, batch."""
+"""From a run subscription to SSE bytes: render each event with a view, encode, batch; and
+the resumable stream that follows a run live or replays what it persisted."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
+
+from starlette.responses import Response
 
 from agentstream import sse
 from agentstream.events import BaseEvent
 from agentstream.runlog import LogSubscription, Sequenced
+from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.native import frame
 
-__all__ = ["Render", "encode_events", "event_chunks", "native"]
+__all__ = ["Render", "encode_events", "event_chunks", "follow_or_replay", "native"]
 
 Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
 """A view: the frames one event becomes on a surface (often none or one)."""
@@ -54,3 +58,54 @@ def event_chunks(
         return chunk or None
 
     return next_chunk
+
+
+async def follow_or_replay(
+    live: LogSubscription[E] | None,
+    persisted: Callable[[], Awaitable[Sequence[E]]],
+    render: Callable[[E], Iterable[dict[str, Any]]],
+    *,
+    after: int,
+    keepalive: float,
+) -> Response:
+    """The stream of a run (or execution) from the first event with ``seq > after``: the
+    persisted events the live log does not hold, then the log's, live. ``live`` is a
+    subscription from ``after`` (None: not in this server's log); ``persisted`` reads the
+    stored events in order, raising if there is no such run. Disconnecting only
+    unsubscribes. ``204 No Content`` when there is nothing more, which tells an EventSource
+    to stop reconnecting."""
+    try:
+        earlier: list[E] = []
+        """Events before the live log's part, or after it once it has ended."""
+        if live is None or after < live.starts_after:
+            until = live.starts_after if live is not None else None
+            earlier = [
+                e for e in await persisted() if after < e.seq and (until is None or e.seq <= until)
+            ]
+        if live is not None and live.ended:
+            # The log's part is over: read the rest of it, then whatever the store has after
+            # it (a paused run may have been cancelled since).
+            tail = await live.next_batch()
+            read_up_to = tail[-1].seq if tail else max(after, live.starts_after)
+            live.close()
+            live = None
+            earlier += [*tail, *(e for e in await persisted() if e.seq > read_up_to)]
+    except BaseException:
+        if live is not None:
+            live.close()
+        raise
+    pending = encode_events(earlier, render)
+    if not pending and live is None:
+        return Response(status_code=204)
+    follow = event_chunks(live, render) if live is not None else None
+
+    async def next_chunk() -> bytes | None:
+        nonlocal pending
+        if pending:
+            chunk, pending = pending, b""
+            return chunk
+        return await follow() if follow is not None else None
+
+    return EventStreamResponse(
+        next_chunk, keepalive=keepalive, on_disconnect=live.close if live is not None else None
+    )

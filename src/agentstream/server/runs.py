@@ -10,11 +10,10 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound
-from agentstream.events import Reasoning, ToolCall, ToolResult
+from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import encode_events, event_chunks, native
+from agentstream.server.frames import follow_or_replay, native
 from agentstream.server.services import Services, services
-from agentstream.server.streaming import EventStreamResponse
 from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
@@ -234,44 +233,12 @@ async def resume_stream(
     """
     start = max(after or 0, last_event_id or 0)
     live = svc.runs.log.subscribe(run_id, after=start) if run_id in svc.runs.log else None
-    try:
-        earlier = b""
-        """Persisted frames the live log does not hold (a finished or continued run's)."""
-        if live is None or start < live.starts_after:
-            if await svc.store.get_run(run_id) is None:
-                raise NotFound(f"No run {run_id!r}", field="run_id")
-            until = live.starts_after if live is not None else None
-            stored = await svc.store.run_events(run_id)
-            earlier = encode_events(
-                [e for e in stored if e.seq > start and (until is None or e.seq <= until)],
-                native,
-            )
-        if live is not None and live.ended:
-            # The log's part is over: read the rest of it, then whatever the store has after
-            # it (a paused run may have been cancelled since).
-            tail = await live.next_batch()
-            read_up_to = tail[-1].seq if tail else max(start, live.starts_after)
-            live.close()
-            live = None
-            later = [e for e in await svc.store.run_events(run_id) if e.seq > read_up_to]
-            earlier += encode_events([*tail, *later], native)
-    except BaseException:
-        if live is not None:
-            live.close()
-        raise
-    if not earlier and live is None:
-        # Nothing more to show (a finished or paused run): an EventSource stops reconnecting.
-        return Response(status_code=204)
-    pending = [earlier] if earlier else []
-    follow = event_chunks(live, native) if live is not None else None
 
-    async def next_chunk() -> bytes | None:
-        if pending:
-            return pending.pop()
-        return await follow() if follow is not None else None
+    async def persisted() -> list[Event]:
+        if await svc.store.get_run(run_id) is None:
+            raise NotFound(f"No run {run_id!r}", field="run_id")
+        return await svc.store.run_events(run_id)
 
-    return EventStreamResponse(
-        next_chunk,
-        keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=live.close if live is not None else None,
+    return await follow_or_replay(
+        live, persisted, native, after=start, keepalive=svc.settings.keepalive_seconds
     )

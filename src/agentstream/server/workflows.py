@@ -12,12 +12,13 @@ from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import encode_events, event_chunks
+from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
 from agentstream.workflows import Workflow, parse_workflow
+from agentstream.workflows.events import WorkflowEvent
 
 __all__ = ["router", "workflow_or_404"]
 
@@ -215,24 +216,18 @@ async def follow_execution(
     its persisted events. Disconnecting does not cancel. ``204 No Content`` when a finished
     execution has nothing more, which tells an EventSource to stop reconnecting."""
     start = max(after or 0, last_event_id or 0)
-    live = svc.executions.subscribe(execution_id, after=start)
-    if live is not None:
-        return EventStreamResponse(
-            event_chunks(live, frames),
-            keepalive=svc.settings.keepalive_seconds,
-            on_disconnect=live.close,
-        )
-    await _record_or_404(svc, execution_id)
-    stored = [e for e in await svc.workflows.execution_events(execution_id) if e.seq > start]
-    replay = encode_events(stored, frames)
-    if not replay:
-        return Response(status_code=204)
-    pending = [replay]
 
-    async def next_chunk() -> bytes | None:
-        return pending.pop() if pending else None
+    async def persisted() -> list[WorkflowEvent]:
+        await _record_or_404(svc, execution_id)
+        return await svc.workflows.execution_events(execution_id)
 
-    return EventStreamResponse(next_chunk, keepalive=svc.settings.keepalive_seconds)
+    return await follow_or_replay(
+        svc.executions.subscribe(execution_id, after=start),
+        persisted,
+        frames,
+        after=start,
+        keepalive=svc.settings.keepalive_seconds,
+    )
 
 
 @router.post("/executions/{execution_id}/cancel")
