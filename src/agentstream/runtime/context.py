@@ -61,6 +61,8 @@ class RunContext:
             if log is None or store is None:
                 raise TypeError("RunContext needs a sink, or the run's log and store")
             sink = RunSink(log, store)
+        elif log is not None:
+            raise TypeError("RunContext takes a sink or the run's log, not both")
         self.run_id = run_id
         self.pricing = pricing
         self.usage = usage or (pricing.priced(Usage()) if pricing else Usage())
@@ -92,6 +94,11 @@ class RunContext:
     async def emit(self, kind: type[E], /, **fields: Any) -> E:
         """Create the next event of this run and hand it to the sink. Concurrent emitters
         (parallel tool calls) still deliver in seq order."""
+        if self._log is not None and not kind.persisted and not self._in_order.locked():
+            # A token of the run's own: nothing to await, so it cannot be overtaken.
+            event = self.stamp(kind, **fields)
+            self._log.append(event)
+            return event
         async with self._in_order:
             event = self.stamp(kind, **fields)
             await self._sink(event)
