@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -28,9 +29,15 @@ from agentstream.providers.base import (
     TurnEndPart,
 )
 from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.executions import ExecutionLog, ExecutionManager
 from agentstream.runtime.tools import Tool
 from agentstream.sse import ServerSentEvent, SSEDecoder
+from agentstream.store import Store
+from agentstream.store.database import Database
+from agentstream.store.workflows import WorkflowStore
 from agentstream.views.workflow import WorkflowFrameAdapter
+from agentstream.workflows import WorkflowEngine, parse_workflow
+from agentstream.workflows.events import WorkflowCancelled
 from conftest import (
     LiveServer,
     call_wait_then_answer,
@@ -97,6 +104,11 @@ def serve_workflows(tmp_path: Path, **overrides: Any) -> Any:
         ],
         agents=AGENTS,
     )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 @pytest.fixture
@@ -776,3 +788,51 @@ def test_cancelling_the_workflow_mid_orchestration_cancels_coordinator_and_entit
 def _in_tool(run: dict[str, Any]) -> bool:
     """The run is going, inside its one tool call."""
     return run["status"] == "running" and [c["status"] for c in run["tool_calls"]] == [None]
+
+
+# --- the execution manager -----------------------------------------------------------------
+
+
+class RecordingThenWaiting(WorkflowStore):
+    """Records an execution, then holds the starter until told to go on."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.recorded = anyio.Event()
+        self.go_on = anyio.Event()
+
+    async def create_execution(self, *args: Any, **kwargs: Any) -> None:
+        await super().create_execution(*args, **kwargs)
+        self.recorded.set()
+        await self.go_on.wait()
+
+
+@pytest.mark.anyio
+async def test_a_start_cancelled_once_recorded_still_runs_the_execution_to_a_truthful_end(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(make_settings(tmp_path).database)
+    workflows = RecordingThenWaiting(store.db)
+    flow = parse_workflow(
+        definition("echo", [{"id": "out", "type": "response", "output": 1}], [("start", "out")])
+    )
+    try:
+        async with ExecutionManager(
+            engine=WorkflowEngine(), store=workflows, log=ExecutionLog(), timeout_seconds=60
+        ) as executions:
+            async with anyio.create_task_group() as starter:
+                starter.start_soon(executions.start, flow)
+                await workflows.recorded.wait()
+                starter.cancel_scope.cancel()  # the client went away
+                workflows.go_on.set()
+            [record] = await workflows.list_executions("echo")
+            following = executions.subscribe(record.id)
+            assert following is not None, "recorded, so started"
+            with anyio.fail_after(10):
+                events = [event async for event in following]
+        assert isinstance(events[-1], WorkflowCancelled)
+        record = await workflows.get_execution(record.id)
+        assert record is not None
+        assert record.status == "cancelled"
+    finally:
+        await store.close()

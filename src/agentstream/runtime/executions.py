@@ -13,12 +13,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.runlog import EventLog, LogSubscription
 from agentstream.store.workflows import WorkflowStore
@@ -111,8 +113,11 @@ class ExecutionManager:
 
         Raises ``WorkflowInvalid`` before writing anything if it cannot run here. Its events
         are in the log from seq 1 as soon as this returns: ``subscribe`` then misses none.
+        A cancel of the caller cannot leave the execution recorded but never started: once
+        recorded, it starts, and is cancelled with the caller.
         """
-        if self._group is None:
+        group = self._group
+        if group is None:
             raise RuntimeError("ExecutionManager is not running")
         live = _LiveExecution(f"wfx_{uuid.uuid4().hex}")
 
@@ -120,12 +125,18 @@ class ExecutionManager:
             await self._deliver(live, event)
 
         live.execution = self.engine.execution(workflow, sink=sink, execution_id=live.execution_id)
-        await self.store.create_execution(
-            live.execution_id, workflow, version=version, draft=draft, input=inputs
-        )
-        self.log.open(live.execution_id)
-        self._live[live.execution_id] = live
-        self._group.start_soon(self._run, live, inputs, name=live.execution_id)
+        with anyio.CancelScope(shield=True):
+            await self.store.create_execution(
+                live.execution_id, workflow, version=version, draft=draft, input=inputs
+            )
+            self.log.open(live.execution_id)
+            self._live[live.execution_id] = live
+            group.start_soon(self._run, live, inputs, name=live.execution_id)
+        try:
+            await checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            live.stop("cancelled", "The request that started the execution was cancelled")
+            raise
         return live.execution_id
 
     def subscribe(
@@ -176,21 +187,28 @@ class ExecutionManager:
 
     async def _deliver(self, live: _LiveExecution, event: WorkflowEventBase) -> None:
         """The engine's sink: persist (the outcome with the terminal event), then publish.
-        Shielded, so a cancel cannot leave a viewer with an event the store has not."""
+        The write is shielded, so a cancel cannot leave a viewer with an event the store has
+        not; token deltas, written nowhere, go straight to the log."""
         if live.ended:
             return  # exactly one terminal event, even if a cancel races the ending
-        with anyio.CancelScope(shield=True):
-            match event:
-                case WorkflowComplete(result=result):
-                    await self._finish(live, event, "completed", result=result)
-                case WorkflowError(error=error):
-                    await self._finish(live, event, "error", error=error)
-                case WorkflowCancelled(reason=reason):
-                    await self._finish(live, event, live.stopped or "interrupted", error=reason)
-                case _ if event.persisted:
-                    await self.store.append_event(event)
+        if (write := self._write(live, event)) is not None:
+            with anyio.CancelScope(shield=True):
+                await write
         live.last_seq = event.seq
         self.log.put(live.execution_id, event)
+
+    def _write(self, live: _LiveExecution, event: WorkflowEventBase) -> Awaitable[None] | None:
+        """Persisting ``event``, not yet awaited; None if it is not persisted."""
+        match event:
+            case WorkflowComplete(result=result):
+                return self._finish(live, event, "completed", result=result)
+            case WorkflowError(error=error):
+                return self._finish(live, event, "error", error=error)
+            case WorkflowCancelled(reason=reason):
+                return self._finish(live, event, live.stopped or "interrupted", error=reason)
+            case _ if event.persisted:
+                return self.store.append_event(event)
+        return None
 
     async def _finish(
         self,
