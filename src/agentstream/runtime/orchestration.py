@@ -104,8 +104,7 @@ def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> To
 
 
 async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
-    with anyio.CancelScope(shield=True):  # a run recorded is a run launched and followed
-        started = await runs.start(entity, task)
+    started = await runs.start(entity, task)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
 
     async def forward(event: BaseEvent) -> None:

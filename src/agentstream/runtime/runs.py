@@ -155,15 +155,16 @@ class RunManager:
             started = RunStarted(
                 run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id
             )
-            await self.store.create_run(
-                run_id=run_id,
-                agent=agent,
-                session_id=session_id,
-                new_session=new_session,
-                input=message,
-                reasoning_requested=reasoning,
-                first_event=started,
-            )
+            with anyio.CancelScope(shield=True):  # a run recorded is a run launched
+                await self.store.create_run(
+                    run_id=run_id,
+                    agent=agent,
+                    session_id=session_id,
+                    new_session=new_session,
+                    input=message,
+                    reasoning_requested=reasoning,
+                    first_event=started,
+                )
         except BaseException:
             self._release(session_id, live)
             raise
