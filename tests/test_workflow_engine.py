@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agentstream.agents import AgentSpec
@@ -381,6 +382,43 @@ async def test_a_failing_condition_expression_is_a_block_error() -> None:
 
     assert "'>' not supported" in recorder.of("block_error")[0].error
     assert result.status == "error"
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [  # unbounded, each would take a minute and gigabytes, stalling every stream meanwhile
+        "len(str([[0] * 1000000] * 1000))",
+        "sorted(['a' * 1000000] * 1000000) and 1",
+        "len(sum([[0] * 1000000] * 100, []))",
+    ],
+)
+async def test_a_runaway_expression_is_a_block_error(expression: str) -> None:
+    flow = workflow([{"id": "f", "type": "function", "expression": expression}], [("start", "f")])
+    recorder, result = await execute(flow)
+
+    assert "larger than 1,000,000 items" in recorder.of("block_error")[0].error
+    assert result.status == "error"
+
+
+async def test_expressions_are_evaluated_off_the_event_loop() -> None:
+    """Other tasks (every other stream) keep running while a slow expression is evaluated."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    slow = "len(sorted([3] * 300_000)) + len(sorted([2] * 300_000))"
+    flow = workflow([{"id": "f", "type": "function", "expression": slow}], [("start", "f")])
+    async with anyio.create_task_group() as group:
+        group.start_soon(tick)
+        await execute(flow)
+        group.cancel_scope.cancel()
+
+    # On the loop, it would tick only at the engine's own few awaits.
+    assert ticks > 100
 
 
 # --- references ----------------------------------------------------------------------------

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from agentstream.workflows.expressions import MAX_SIZE, ExpressionError, parse_expression
+from agentstream.workflows.expressions import (
+    MAX_SIZE,
+    MAX_STEPS,
+    ExpressionError,
+    parse_expression,
+)
 
 OUTPUTS: dict[str, Any] = {
     "start": {"input": {"n": 7, "name": "Ada", "tags": ["a", "b", "c"]}},
@@ -86,11 +91,75 @@ def test_dotted_names_read_keys_never_attributes() -> None:
 
 
 def test_building_huge_values_is_refused() -> None:
-    with pytest.raises(ExpressionError, match="longer than"):
+    with pytest.raises(ExpressionError, match="larger than"):
         evaluate("'x' * 10_000_000")
-    with pytest.raises(ExpressionError, match="longer than"):
+    with pytest.raises(ExpressionError, match="larger than"):
         evaluate("start.input.tags * 10_000_000")
     assert len(evaluate(f"'x' * {MAX_SIZE}")) == MAX_SIZE
+    assert len(evaluate(f"[0] * {MAX_SIZE}")) == MAX_SIZE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Each would build gigabytes, or a hundred million items, if only the outer
+        # value's own length were checked.
+        "len(str([[0] * 1000000] * 1000))",
+        "len(str([[0] * 999_000] * 1000))",
+        "sorted(['a' * 1000000] * 1000000) and 1",
+        "sorted(['a' * 999_000] * 1000) and 1",
+        "len(sum([[0] * 1000000] * 100, []))",
+        "len(sum([[0] * 999_000] * 100, []))",
+        "[[], [], []] * 1_000_000_000",
+        "{'k': 'v' * 999_000, 'l': 'w' * 999_000}",
+    ],
+)
+def test_values_are_measured_with_everything_nested_in_them(text: str) -> None:
+    with pytest.raises(ExpressionError, match=f"larger than {MAX_SIZE:,} items"):
+        evaluate(text)
+
+
+def test_what_functions_return_is_measured_too() -> None:
+    # Half a million floats: within the size, but their text is 2.5 million characters.
+    with pytest.raises(ExpressionError, match="larger than"):
+        evaluate("str([1.5] * 500_000)")
+
+
+def test_percent_formatting_is_refused_as_it_repeats_its_values() -> None:
+    with pytest.raises(ExpressionError, match="'%' formatting is not allowed"):
+        evaluate("'%(a)s' * 1000 % {'a': 'x' * 999_000}")
+
+
+def test_summing_lists_joins_them_in_one_pass() -> None:
+    # The builtin copies the total at every step: 500 million copies here.
+    assert evaluate("len(sum([[0] * 999] * 1000, []))") == 999_000
+    assert evaluate("sum([[1], [2, 3]], [0])") == [0, 1, 2, 3]
+    with pytest.raises(ExpressionError, match="every item must be a list"):
+        evaluate("sum([[1], 'ab'], [])")
+
+
+def test_an_evaluation_has_a_budget_of_work() -> None:
+    # Each term is a value within the size; together they are more work than allowed.
+    many = " + ".join(["len([0] * 999_999)"] * (MAX_STEPS // 999_999 + 1))
+    with pytest.raises(ExpressionError, match=f"more than {MAX_STEPS:,} steps"):
+        evaluate(many)
+    with pytest.raises(ExpressionError, match="steps"):
+        evaluate("sorted([3] * 999_999)")  # n log n comparisons
+    assert evaluate("len(sorted([3] * 100_000))") == 100_000
+
+
+@pytest.mark.parametrize("text", ["-" * 3000 + "1", "1 + " * 999 + "1", "not " * 900 + "1"])
+def test_deep_nesting_is_refused_before_running(text: str) -> None:
+    with pytest.raises(ExpressionError, match="nested too deeply"):
+        parse_expression(text)
+
+
+def test_upstream_data_too_deep_to_walk_fails_the_expression() -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ExpressionError, match="failed: nested too deeply"):
+        parse_expression("str(start.input)").evaluate({"start": {"input": deep}})
 
 
 def test_runtime_failures_are_expression_errors_naming_the_expression() -> None:

@@ -135,6 +135,14 @@ def test_expressions_are_checked_with_their_references() -> None:
     ]
 
 
+@pytest.mark.parametrize("text", ["-" * 3000 + "1", "1 + " * 999 + "1"])
+def test_an_expression_nested_too_deeply_is_an_issue_not_a_crash(text: str) -> None:
+    found = issues(
+        [START, {"id": "f", "type": "function", "expression": text}], [edge("start", "f")]
+    )
+    assert found == [Issue("f", "expression", "nested too deeply (more than 200 levels)")]
+
+
 def test_unknown_and_missing_block_types_are_refused_naming_the_block() -> None:
     found = issues([START, {"id": "x", "type": "teleport"}, {"id": "y"}])
     known = "start, agent, orchestration, condition, function, http, template, response"

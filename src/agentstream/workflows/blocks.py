@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ import anyio.to_thread
 from agentstream.workflows.definition import (
     AgentBlock,
     Block,
+    Branch,
     ConditionBlock,
     FunctionBlock,
     HttpBlock,
@@ -70,17 +71,9 @@ async def run_block(
             )
             return {"content": content}
         case ConditionBlock(branches=branches):
-            taken = next(
-                (
-                    b.name
-                    for b in branches
-                    if b.when is None or _expression(b.when).evaluate(outputs)
-                ),
-                None,
-            )
-            return {"branch": taken}
+            return {"branch": await _off_loop(functools.partial(_taken, branches), outputs)}
         case FunctionBlock(expression=str(expression)):
-            return {"result": _expression(expression).evaluate(outputs)}
+            return {"result": await _off_loop(_expression(expression).evaluate, outputs)}
         case FunctionBlock(function=str(name), args=args):
             return {"result": await _call(services, name, resolve(args, outputs))}
         case HttpBlock(timeout_seconds=limit):
@@ -107,6 +100,22 @@ async def run_block(
 def _expression(text: str) -> Expression:
     """Parsed once per text: the definition was checked when saved, not per execution."""
     return parse_expression(text)
+
+
+def _taken(branches: Sequence[Branch], outputs: Outputs) -> str | None:
+    """The first branch whose condition holds (one without a condition always does)."""
+    return next(
+        (b.name for b in branches if b.when is None or _expression(b.when).evaluate(outputs)),
+        None,
+    )
+
+
+async def _off_loop(evaluate: Callable[[Outputs], Any], outputs: Outputs) -> Any:
+    """Evaluate in a worker thread: an expression is bounded but may take most of a second,
+    and on the loop every stream would wait for it. A cancelled block waits for it to end
+    (it cannot be interrupted, but it is bounded). The outputs are copied, as the other
+    branches keep adding to them."""
+    return await anyio.to_thread.run_sync(evaluate, dict(outputs))
 
 
 async def _call(services: Services, name: str, args: dict[str, Any]) -> Any:

@@ -4,13 +4,22 @@ The text is parsed with ``ast`` and every node checked against a whitelist befor
 runs; evaluation then walks the tree here, never through ``eval``. So there is no attribute
 access at all (``agent1.content`` reads the key ``content`` of the block's output), calls go
 only to the functions in ``FUNCTIONS``, and the only names are upstream block ids. Whatever
-could make an expression slow or huge (``**``, ``<<``, comprehensions) is refused, and
-what ``+`` and ``*`` build is capped in size.
+could make an expression slow or huge (``**``, ``<<``, comprehensions, ``%`` formatting)
+is refused, and so is nesting deeper than ``MAX_DEPTH``.
+
+Evaluating is bounded too, since one expression runs while the server's streams wait: no
+value an expression builds may hold more than ``MAX_SIZE`` items, nested ones counted (so
+``[[0] * 1000] * 1000`` is a million, though it shares one inner list), checked before a
+``*`` builds and after every operation and call; and each evaluation has ``MAX_STEPS`` of
+work, charged for the nodes it visits and the items it builds, compares, sorts or hands to a
+function. Either limit ends it with an ``ExpressionError``, as does a result too deep to walk.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
+import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -23,8 +32,23 @@ __all__ = ["FUNCTIONS", "Expression", "ExpressionError", "parse_expression"]
 
 MAX_LENGTH = 4_000
 """Longest expression text accepted."""
+MAX_DEPTH = 200
+"""Deepest nesting of an expression's tree (each operator of a chain like ``a + b + c`` nests)."""
 MAX_SIZE = 1_000_000
-"""Longest string or list ``+`` and ``*`` may build."""
+"""Largest value an expression may build or hand to a function, in items: a string counts its
+characters, a list or dict its items and what they hold, nested ones included."""
+MAX_STEPS = 10_000_000
+"""Work one evaluation may do, in nodes visited and items built, compared, sorted or passed."""
+
+
+def _sum(items: Any, start: Any = 0) -> Any:
+    """``sum``, but lists are joined in one pass: ``sum`` copies the total at every step."""
+    if isinstance(start, list) and isinstance(items, list):
+        if not all(isinstance(item, list) for item in items):
+            raise TypeError("sum of lists: every item must be a list")
+        return list(itertools.chain(start, *items))
+    return sum(items, start)
+
 
 FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "abs": abs,
@@ -39,10 +63,12 @@ FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "sorted": sorted,
     "str": str,
     "strip": str.strip,
-    "sum": sum,
+    "sum": _sum,
     "upper": str.upper,
 }
 """The only functions an expression may call."""
+_CHEAP = frozenset({"bool", "len"})
+"""Functions that do not read their argument through, so it is not measured."""
 
 _BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -132,11 +158,14 @@ class Expression:
                 yield Reference(node.id, (field,) if field else ())
 
     def evaluate(self, outputs: Mapping[str, Mapping[str, Any] | None]) -> Any:
-        """The value, given the outputs of upstream blocks by id (None for skipped ones)."""
+        """The value, given the outputs of upstream blocks by id (None for skipped ones).
+        Bounded in size and work, but it may take a second: call it off the event loop."""
         try:
             return _Evaluator(outputs).visit(self.tree.body)
         except ExpressionError:
             raise
+        except (RecursionError, MemoryError):  # upstream data nested too deep to walk
+            raise ExpressionError(f"{self.text!r} failed: nested too deeply") from None
         except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
             raise ExpressionError(f"{self.text!r} failed: {exc}") from None
 
@@ -150,9 +179,20 @@ def parse_expression(text: str) -> Expression:
     except SyntaxError as exc:
         where = f"column {exc.offset}" if exc.offset else "the end"
         raise ExpressionError(f"{exc.msg} at {where}") from None
-    for node in ast.walk(tree):
+    except (RecursionError, MemoryError):  # the parser's own limit, below MAX_LENGTH
+        raise _too_deep() from None
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep()
         _check(node)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return Expression(text, tree)
+
+
+def _too_deep() -> ExpressionError:
+    return ExpressionError(f"nested too deeply (more than {MAX_DEPTH} levels)")
 
 
 def _check(node: ast.AST) -> None:
@@ -177,8 +217,26 @@ class _Evaluator:
 
     def __init__(self, outputs: Mapping[str, Mapping[str, Any] | None]) -> None:
         self.outputs = outputs
+        self.steps = MAX_STEPS
+
+    def spend(self, steps: int) -> None:
+        self.steps -= steps
+        if self.steps < 0:
+            raise ExpressionError(f"too much work: more than {MAX_STEPS:,} steps")
+
+    def measure(self, value: Any) -> int:
+        """The size of ``value``, its counting paid for; past ``MAX_SIZE`` counting stops."""
+        size = _size(value)
+        self.spend(size)
+        return size
+
+    def checked(self, value: Any) -> Any:
+        if self.measure(value) > MAX_SIZE:
+            raise _too_large()
+        return value
 
     def visit(self, node: ast.expr) -> Any:
+        self.spend(1)
         match node:
             case ast.Constant(value=value):
                 return value
@@ -197,18 +255,22 @@ class _Evaluator:
             case ast.Subscript(value=inner, slice=ast.Slice() as part):
                 bounds = (part.lower, part.upper, part.step)
                 indices = [None if b is None else self.visit(b) for b in bounds]
-                return self.visit(inner)[slice(*indices)]
+                part_of = self.visit(inner)[slice(*indices)]
+                self.spend(len(part_of))
+                return part_of
             case ast.Subscript(value=inner, slice=index):
                 return self.visit(inner)[self.visit(index)]
             case ast.List(elts=items) | ast.Tuple(elts=items):
-                return [self.visit(item) for item in items]
+                return self.checked([self.visit(item) for item in items])
             case ast.Dict(keys=keys, values=values):
                 # No None keys: ``**`` unpacking was refused by the check.
-                return {
-                    self.visit(k): self.visit(v)
-                    for k, v in zip(keys, values, strict=True)
-                    if k is not None
-                }
+                return self.checked(
+                    {
+                        self.visit(k): self.visit(v)
+                        for k, v in zip(keys, values, strict=True)
+                        if k is not None
+                    }
+                )
             case ast.BoolOp(op=ast.And(), values=values):
                 result = True
                 for item in values:
@@ -226,12 +288,16 @@ class _Evaluator:
             case ast.BinOp(left=left, op=op, right=right):
                 a, b = self.visit(left), self.visit(right)
                 if isinstance(op, ast.Mult):
-                    _check_repeat(a, b)
-                return _check_size(_BINARY[type(op)](a, b))
+                    self.check_repeat(a, b)
+                if isinstance(op, ast.Mod) and isinstance(a, str):
+                    # One short format can repeat a long value: '%(a)s%(a)s' % {'a': ...}
+                    raise ExpressionError("'%' formatting is not allowed: use + and str()")
+                return self.checked(_BINARY[type(op)](a, b))
             case ast.Compare(left=left, ops=ops, comparators=comparators):
                 a = self.visit(left)
                 for comparison, right in zip(ops, comparators, strict=True):
                     b = self.visit(right)
+                    self.spend(_size(a) + _size(b))
                     if not _COMPARE[type(comparison)](a, b):
                         return False
                     a = b
@@ -239,23 +305,67 @@ class _Evaluator:
             case ast.IfExp(test=test, body=body, orelse=orelse):
                 return self.visit(body) if self.visit(test) else self.visit(orelse)
             case ast.Call(func=ast.Name(id=name), args=args):
-                return FUNCTIONS[name](*(self.visit(arg) for arg in args))
+                return self.checked(self.call(name, [self.visit(arg) for arg in args]))
         raise ExpressionError(f"{type(node).__name__} is not allowed")  # unreachable if checked
 
+    def call(self, name: str, args: list[Any]) -> Any:
+        """Arguments too large to read through are refused, and sorting costs its n log n."""
+        if name not in _CHEAP:
+            for arg in args:
+                if (size := self.measure(arg)) > MAX_SIZE:
+                    raise ExpressionError(f"{name}() of a value over {MAX_SIZE:,} items")
+                if name == "sorted":
+                    self.spend(size * math.ceil(math.log2(size + 1)))
+        return FUNCTIONS[name](*args)
 
-def _check_repeat(a: Any, b: Any) -> None:
-    """Refuse before building: one ``*`` can ask for gigabytes."""
-    for sequence, times in ((a, b), (b, a)):
-        if isinstance(sequence, str | list) and isinstance(times, int):
-            _check_length(len(sequence) * times)
+    def check_repeat(self, a: Any, b: Any) -> None:
+        """Refuse before building: one ``*`` can ask for gigabytes."""
+        for sequence, times in ((a, b), (b, a)):
+            if isinstance(times, int) and times > 0:
+                if isinstance(sequence, str):
+                    built = len(sequence) * times
+                elif isinstance(sequence, list):
+                    built = self.measure(sequence) * times
+                else:
+                    continue
+                if built > MAX_SIZE:
+                    raise _too_large()
 
 
-def _check_size(value: Any) -> Any:
-    if isinstance(value, str | list):
-        _check_length(len(value))
-    return value
+def _size(value: Any, limit: int = MAX_SIZE) -> int:
+    """How many items ``value`` holds: a string its characters, a list or dict a slot for each
+    item plus what the items hold, an int one per 64 bits (so ``str`` cannot turn a small
+    size into a huge text). Stops counting past ``limit``, so shared inner lists
+    (``[big] * 1000``) cost no more than that to count; flat lists are counted at C speed."""
+    total, pending = 0, [iter((value,))]
+    while pending and total <= limit:
+        item = next(pending[-1], _END)
+        if item is _END:
+            pending.pop()
+        elif isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, int):
+            total += item.bit_length() // 64
+        elif isinstance(item, list | tuple):
+            total += len(item)
+            kinds = set(map(type, item))
+            if kinds <= _FLAT:
+                continue
+            if kinds <= {str}:
+                total += sum(map(len, item))
+            elif kinds <= {int, bool}:
+                total += max(map(int.bit_length, item)) // 64 * len(item)  # at most
+            else:
+                pending.append(iter(item))
+        elif isinstance(item, Mapping):
+            total += len(item)
+            pending.append(itertools.chain.from_iterable(item.items()))
+    return total
 
 
-def _check_length(length: int) -> None:
-    if length > MAX_SIZE:
-        raise ExpressionError(f"the result would be longer than {MAX_SIZE:,} items")
+_FLAT = frozenset({float, bool, type(None)})
+_END = object()
+
+
+def _too_large() -> ExpressionError:
+    return ExpressionError(f"the result would be larger than {MAX_SIZE:,} items")
