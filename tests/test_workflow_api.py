@@ -633,11 +633,22 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
         record = execution(restarted, execution_id)
         with restarted.client() as client:
             cancel = client.post(f"/api/workflows/executions/{execution_id}/cancel")
-    assert (record["status"], record["error"]) == (
-        "interrupted",
-        "The server stopped during the execution",
-    )
+            replay = client.get(f"/api/workflows/executions/{execution_id}/stream")
+            canvas = client.get(f"/api/workflows/executions/{execution_id}/canvas")
+    stopped = "The server stopped during the execution"
+    assert (record["status"], record["error"]) == ("interrupted", stopped)
     assert cancel.status_code == 409
+    replayed = frames_of(SSEDecoder().feed(replay.content))  # ends as every stream does
+    assert names(replayed).count("workflow_error") == 1
+    assert replayed[-1] == {
+        "event": "workflow_error",
+        "execution_id": execution_id,
+        "error": stopped,
+        "status": "cancelled",
+        "block_id": None,
+    }
+    assert record["events"][-1]["seq"] == record["events"][-2]["seq"] + 1
+    assert SSEDecoder().feed(canvas.content)[-1].json()["data"] == {"reason": stopped}
 
 
 def test_the_demo_workflow_runs_the_demo_agent_twice_at_once(live: LiveServer) -> None:

@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.runlog import EventLog, LogSubscription
-from agentstream.store.workflows import WorkflowStore
+from agentstream.store.workflows import INTERRUPTED, WorkflowStore
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.engine import Execution, WorkflowEngine
 from agentstream.workflows.events import (
@@ -91,7 +91,7 @@ class ExecutionManager:
         assert self._group is not None
         live = list(self._live.values())
         for each in live:
-            each.stop("interrupted", "The server stopped during the execution")
+            each.stop("interrupted", INTERRUPTED)
         with anyio.move_on_after(5):  # let them record how they ended
             for each in live:
                 await each.done.wait()

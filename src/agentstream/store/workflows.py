@@ -6,19 +6,28 @@ event in one transaction. Token deltas never come here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
 from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
-from agentstream.workflows.events import WorkflowEvent, WorkflowEventAdapter, WorkflowEventBase
+from agentstream.workflows.events import (
+    WorkflowCancelled,
+    WorkflowEvent,
+    WorkflowEventAdapter,
+    WorkflowEventBase,
+)
 
-__all__ = ["ExecutionRecord", "StoredWorkflow", "WorkflowStore", "definition_json"]
+__all__ = ["INTERRUPTED", "ExecutionRecord", "StoredWorkflow", "WorkflowStore", "definition_json"]
+
+INTERRUPTED = "The server stopped during the execution"
+"""Why an execution that the server's stopping cut off ended."""
 
 
 def definition_json(workflow: Workflow) -> dict[str, Any]:
@@ -177,18 +186,30 @@ class WorkflowStore:
             return [WorkflowEventAdapter.validate_python(payload) for payload in rows]
 
     async def interrupt_unfinished(self) -> int:
-        """Executions left ``running`` by a crash can never finish: say so."""
+        """Executions left ``running`` by a crash can never finish: say so, in the record
+        and with the terminal event a server stopping in good order would have written."""
+        last_seqs = (
+            select(WorkflowExecutionRow.id, func.max(WorkflowEventRow.seq))
+            .outerjoin(WorkflowEventRow, WorkflowEventRow.execution_id == WorkflowExecutionRow.id)
+            .where(WorkflowExecutionRow.status == "running")
+            .group_by(WorkflowExecutionRow.id)
+        )
         async with self._db.write() as db:
-            result = await db.execute(
-                update(WorkflowExecutionRow)
-                .where(WorkflowExecutionRow.status == "running")
-                .values(
-                    status="interrupted",
-                    error="The server stopped during the execution",
-                    finished_at=now(),
+            unfinished = (await db.execute(last_seqs)).all()
+            for execution_id, last_seq in unfinished:
+                stopped = WorkflowCancelled(
+                    execution_id=execution_id,
+                    seq=(last_seq or 0) + 1,
+                    ts=time.time(),
+                    reason=INTERRUPTED,
                 )
+                db.add(_event_row(stopped))
+            await db.execute(
+                update(WorkflowExecutionRow)
+                .where(WorkflowExecutionRow.id.in_([row[0] for row in unfinished]))
+                .values(status="interrupted", error=INTERRUPTED, finished_at=now())
             )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+        return len(unfinished)
 
 
 def _event_row(event: WorkflowEventBase) -> WorkflowEventRow:
