@@ -42,6 +42,9 @@ async def echo(request: Request) -> Response:
             "method": request.method,
             "host": request.headers["host"],
             "token": request.headers.get("x-token"),
+            "authorization": request.headers.get("authorization"),
+            "cookie": request.headers.get("cookie"),
+            "hosts": request.headers.getlist("host"),
             "json": (await request.json()) if body else None,
         }
     )
@@ -54,12 +57,21 @@ def site() -> Iterator[str]:
             Route("/echo", echo, methods=["GET", "POST"]),
             Route("/text", lambda _: PlainTextResponse("plain")),
             Route("/moved", lambda _: RedirectResponse("/echo", status_code=302)),
+            Route("/away", lambda request: RedirectResponse(request.query_params["to"])),
             Route("/to-private", lambda _: RedirectResponse("http://10.1.2.3/x")),
             Route("/missing", lambda _: PlainTextResponse("no", status_code=404)),
             Route("/big", lambda _: PlainTextResponse("x" * 2_000)),
         ]
     )
     with run_app(app, name="The test site") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def other_site() -> Iterator[str]:
+    """Another origin: the same address, another port."""
+    app = Starlette(routes=[Route("/echo", echo)])
+    with run_app(app, name="The other test site") as url:
         yield url
 
 
@@ -106,6 +118,9 @@ async def test_an_allowed_loopback_request_returns_parsed_json(site: str) -> Non
         "method": "POST",
         "host": f"127.0.0.1:{port}",
         "token": "t0k",
+        "authorization": None,
+        "cookie": None,
+        "hosts": [f"127.0.0.1:{port}"],
         "json": {"q": "t0k"},
     }
     [output] = [e.output for e in events if e.type == "block_output" and e.block_id == "call"]
@@ -124,6 +139,29 @@ async def test_text_bodies_and_redirects(site: str) -> None:
     assert result.result == "plain"
     result, _ = await fetch(f"{site}/moved", LOOPBACK)
     assert result.result["method"] == "GET"
+
+
+CREDENTIALS = {"Authorization": "Bearer s3cret", "Cookie": "session=s3cret", "X-Token": "t0k"}
+
+
+async def test_credentials_do_not_follow_a_redirect_to_another_origin(
+    site: str, other_site: str
+) -> None:
+    result, _ = await fetch(f"{site}/away?to={other_site}/echo", LOOPBACK, headers=CREDENTIALS)
+    assert result.result["host"] == httpx.URL(other_site).netloc.decode()
+    assert (result.result["authorization"], result.result["cookie"]) == (None, None)
+    assert result.result["token"] == "t0k"  # other headers are the author's to send anywhere
+
+
+async def test_credentials_follow_a_redirect_within_the_origin(site: str) -> None:
+    result, _ = await fetch(f"{site}/away?to=/echo", LOOPBACK, headers=CREDENTIALS)
+    assert result.result["authorization"] == "Bearer s3cret"
+    assert result.result["cookie"] == "session=s3cret"
+
+
+async def test_a_host_header_of_the_author_is_replaced_not_doubled(site: str) -> None:
+    result, _ = await fetch(f"{site}/echo", LOOPBACK, headers={"host": "internal.example"})
+    assert result.result["hosts"] == [httpx.URL(site).netloc.decode()]
 
 
 async def test_loopback_is_refused_without_the_allow_list_naming_the_address(site: str) -> None:

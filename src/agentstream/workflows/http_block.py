@@ -5,8 +5,9 @@ network. Only http and https are spoken; the host is resolved here and every add
 resolves to must be public (not private, loopback, link-local, multicast, reserved...)
 unless the allow-list names its network; the connection then goes to the address that was
 checked, not to a second lookup an attacker's DNS could answer differently. Redirects are
-followed by hand, each hop checked the same way, and proxies from the environment are
-ignored (they would connect on our behalf, unchecked).
+followed by hand, each hop checked the same way, and credentials (``CREDENTIALS``) are not
+sent on to another origin, as httpx and browsers do. Proxies from the environment are ignored
+(they would connect on our behalf, unchecked).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ import httpx
 
 from agentstream.workflows.errors import BlockFailed
 
-__all__ = ["AddressRefused", "SafeHttpClient"]
+__all__ = ["CREDENTIALS", "AddressRefused", "SafeHttpClient"]
+
+CREDENTIALS = ("authorization", "proxy-authorization", "cookie")
+"""Headers dropped when a redirect leads to another scheme, host or port: the author meant
+them for the first site only."""
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -59,14 +64,18 @@ class SafeHttpClient:
     ) -> dict[str, Any]:
         """The response as a block output: ``status``, ``headers`` and ``body`` (parsed when
         JSON). A status of 400 or more raises ``BlockFailed``. The caller bounds the time."""
-        target = httpx.URL(url)
+        target, sent = httpx.URL(url), httpx.Headers(headers)
         async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
             for _ in range(self.max_redirects + 1):
-                response, content = await self._send(client, method, target, headers, body)
+                response, content = await self._send(client, method, target, sent, body)
                 location = response.headers.get("location")
                 if not (response.is_redirect and location):
                     return _output(target, response, content)
-                target = target.join(location)
+                following = target.join(location)
+                if _origin(following) != _origin(target):
+                    for name in CREDENTIALS:
+                        sent.pop(name, None)
+                target = following
                 if response.status_code == 303 or (
                     response.status_code in (301, 302) and method == "POST"
                 ):
@@ -78,7 +87,7 @@ class SafeHttpClient:
         client: httpx.AsyncClient,
         method: str,
         target: httpx.URL,
-        headers: Mapping[str, str],
+        headers: httpx.Headers,
         body: Any,
     ) -> tuple[httpx.Response, bytes]:
         """The response and at most ``max_body_bytes`` of its body."""
@@ -105,17 +114,19 @@ class SafeHttpClient:
         client: httpx.AsyncClient,
         method: str,
         target: httpx.URL,
-        headers: Mapping[str, str],
+        headers: httpx.Headers,
         body: Any,
     ) -> httpx.Response:
         """Send to the checked addresses, the next one if one cannot be reached, naming the
         host in ``Host`` and in TLS SNI (so the certificate is checked against the name)."""
         failure = None
+        headers = headers.copy()
+        headers["Host"] = target.netloc.decode("ascii")  # replacing the author's, in any case
         for address in await self.check(target):
             request = client.build_request(
                 method,
                 target.copy_with(host=str(address)),
-                headers={**headers, "Host": target.netloc.decode("ascii")},
+                headers=headers,
                 json=body,
                 extensions={"sni_hostname": target.host},
             )
@@ -164,6 +175,10 @@ class SafeHttpClient:
             "not global": not address.is_global,
         }
         return next((kind for kind, matches in kinds.items() if matches), None)
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
 
 
 def _output(url: httpx.URL, response: httpx.Response, content: bytes) -> dict[str, Any]:
