@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,20 @@ def test_workflows_are_created_read_listed_replaced_and_deleted(live: LiveServer
     assert deleted.status_code == 204
     assert gone.status_code == 404
     assert deleted_twice.status_code == 404
+
+
+def test_of_concurrent_creates_of_one_id_exactly_one_succeeds(live: LiveServer) -> None:
+    def create(_: int) -> int:
+        with live.client() as client:
+            return client.post("/api/workflows", json=DIAMOND).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(create, range(8)))
+    with live.client() as client:
+        version = client.get("/api/workflows/diamond").json()["version"]
+
+    assert statuses == [201] + [409] * 7
+    assert version == 1
 
 
 def test_invalid_definitions_are_refused_naming_every_block_at_fault(live: LiveServer) -> None:

@@ -119,12 +119,9 @@ async def list_workflows(svc: Svc) -> list[WorkflowOut]:
 
 @router.post("", status_code=201)
 async def create_workflow(definition: Definition, svc: Svc) -> WorkflowOut:
-    """Validate and save a new workflow. A 422 lists every problem in ``error.details``,
-    each naming its block and field."""
-    workflow = _parse(svc, definition)
-    if await svc.workflows.get_workflow(workflow.id) is not None:
-        raise Conflict(f"Workflow {workflow.id!r} exists; PUT it to change it", field="id")
-    return _out(await svc.workflows.put_workflow(workflow))
+    """Validate and save a new workflow; 409 if the id exists. A 422 lists every problem in
+    ``error.details``, each naming its block and field."""
+    return _out(await svc.workflows.create_workflow(_parse(svc, definition)))
 
 
 @router.get("/{workflow_id}")

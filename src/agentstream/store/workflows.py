@@ -12,7 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 
+from agentstream.errors import Conflict
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
 from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
@@ -68,6 +70,20 @@ class WorkflowStore:
         self._db = db
 
     # Definitions
+
+    async def create_workflow(self, workflow: Workflow) -> StoredWorkflow:
+        """Save a new workflow at version 1; ``Conflict`` if its id is taken, even by a
+        create racing this one."""
+        row = WorkflowRow(id=workflow.id, definition=definition_json(workflow), version=1)
+        row.created_at = row.updated_at = now()
+        try:
+            async with self._db.write() as db:
+                db.add(row)
+        except IntegrityError:
+            raise Conflict(
+                f"Workflow {workflow.id!r} exists; PUT it to change it", field="id"
+            ) from None
+        return _stored(row)
 
     async def put_workflow(self, workflow: Workflow) -> StoredWorkflow:
         """Create the workflow, or replace it with a new version if its definition changed."""
