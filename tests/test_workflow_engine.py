@@ -542,6 +542,9 @@ def agent_runner(*models: ScriptedModel, tools: Iterable[Tool] = ()) -> RuntimeA
         "math": AgentSpec(id="math", model="scripted-math", tools=["calculator"], reasoning=True),
         "left": AgentSpec(id="left", model="scripted-left", tools=["wait"]),
         "right": AgentSpec(id="right", model="scripted-right"),
+        "boss": AgentSpec(id="boss", delegates=["left"]),
+        "reader": AgentSpec(id="reader", knowledge_bases=["docs"]),
+        "tinkerer": AgentSpec(id="tinkerer", tools=["soldering_iron"]),
     }
 
     async def find(agent_id: str) -> AgentSpec:
@@ -625,6 +628,28 @@ async def test_an_unknown_agent_fails_its_block_with_the_lookup_error() -> None:
     recorder, _ = await execute(flow, agents=agent_runner())
 
     assert recorder.of("block_error")[0].error == "No agent 'ghost'"
+
+
+@pytest.mark.parametrize(
+    ("agent", "error"),
+    [
+        (
+            "boss",
+            "Agent 'boss' delegates to other agents, which an agent block cannot do: "
+            "use an orchestration block",
+        ),
+        ("reader", "Agent 'reader' searches knowledge bases, which agent blocks cannot do yet"),
+        ("tinkerer", "Agent 'tinkerer' cannot run here: Unknown tool 'soldering_iron'"),
+    ],
+)
+async def test_an_agent_needing_tools_an_agent_block_lacks_is_refused_not_crippled(
+    agent: str, error: str
+) -> None:
+    flow = workflow([{"id": "a", "type": "agent", "agent": agent, "input": "x"}], [("start", "a")])
+    recorder, result = await execute(flow, agents=agent_runner())
+
+    assert recorder.of("block_error")[0].error.startswith(error)
+    assert result.status == "error"
 
 
 async def test_orchestration_blocks_run_through_their_runner_and_forward_its_text() -> None:

@@ -143,6 +143,21 @@ def test_an_expression_nested_too_deeply_is_an_issue_not_a_crash(text: str) -> N
     assert found == [Issue("f", "expression", "nested too deeply (more than 200 levels)")]
 
 
+def test_an_inline_agent_needing_a_run_is_refused_naming_what_to_use() -> None:
+    boss = {"id": "boss", "delegates": ["helper"]}
+    found = issues(
+        [START, {"id": "a", "type": "agent", "agent": boss, "input": "x"}], [edge("start", "a")]
+    )
+    assert found == [
+        Issue(
+            "a",
+            "agent",
+            "Agent 'boss' delegates to other agents, which an agent block cannot do: "
+            "use an orchestration block",
+        )
+    ]
+
+
 def test_unknown_and_missing_block_types_are_refused_naming_the_block() -> None:
     found = issues([START, {"id": "x", "type": "teleport"}, {"id": "y"}])
     known = "start, agent, orchestration, condition, function, http, template, response"

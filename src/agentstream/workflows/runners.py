@@ -32,6 +32,7 @@ __all__ = [
     "OrchestrationRunner",
     "RuntimeAgentRunner",
     "RuntimeOrchestrationRunner",
+    "needs_a_run",
 ]
 
 AgentEvents = Callable[[BaseEvent], Awaitable[None]]
@@ -54,10 +55,24 @@ class OrchestrationRunner(Protocol):
         ...
 
 
+def needs_a_run(spec: AgentSpec) -> str | None:
+    """Why an agent block cannot run ``spec``, or None. Delegating and searching knowledge
+    are tools only a run has (their handlers record against its id); an agent block is not
+    one, and quietly running the agent without them would answer differently."""
+    if spec.delegates:
+        return (
+            f"Agent {spec.id!r} delegates to other agents, which an agent block cannot do: "
+            "use an orchestration block"
+        )
+    if spec.knowledge_bases:
+        return f"Agent {spec.id!r} searches knowledge bases, which agent blocks cannot do yet"
+    return None
+
+
 class RuntimeAgentRunner:
     """Runs agents on the runtime's own agent loop, as a run does, but each event goes to
     the workflow instead of a run's log and store (the context's sink is the block's
-    ``events``)."""
+    ``events``). Agents that need a run's own tools are refused (``needs_a_run``)."""
 
     def __init__(
         self,
@@ -75,8 +90,12 @@ class RuntimeAgentRunner:
         self, agent: str | AgentSpec, message: str, *, reasoning: bool | None, events: AgentEvents
     ) -> str:
         spec = agent if isinstance(agent, AgentSpec) else await self.agents(agent)
-        if unknown := [name for name in spec.tools if name not in self.tools]:
-            raise BlockFailed(f"Agent {spec.id!r} uses unknown tools: {', '.join(unknown)}")
+        if reason := needs_a_run(spec):
+            raise BlockFailed(reason)
+        try:
+            tools = self.tools.select(spec.tools)
+        except KeyError as exc:
+            raise BlockFailed(f"Agent {spec.id!r} cannot run here: {exc.args[0]}") from None
         model = self.models.get(spec.model)
         # Not a run: nothing is kept, every event goes to the workflow, which keeps its own.
         context = RunContext(
@@ -89,7 +108,7 @@ class RuntimeAgentRunner:
                     context,
                     spec,
                     model,
-                    self.tools.select(spec.tools),
+                    tools,
                     state=state,
                     reasoning=spec.reasoning if reasoning is None else reasoning,
                 )

@@ -16,7 +16,9 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from agentstream.agents import AgentSpec
 from agentstream.workflows.definition import (
+    AgentBlock,
     Block,
     ConditionBlock,
     FunctionBlock,
@@ -28,6 +30,7 @@ from agentstream.workflows.errors import Issue, WorkflowInvalid
 from agentstream.workflows.expressions import ExpressionError, parse_expression
 from agentstream.workflows.graph import Graph
 from agentstream.workflows.references import Reference, find_references
+from agentstream.workflows.runners import needs_a_run
 
 __all__ = ["check_workflow", "load_workflow", "parse_workflow"]
 
@@ -86,6 +89,10 @@ def _check_blocks(workflow: Workflow) -> Iterator[Issue]:
         yield Issue(None, "blocks", "a workflow needs a start block")
     for extra in starts[1:]:
         yield Issue(extra, "type", f"a second start block (the first is {starts[0]!r})")
+    for block in workflow.blocks:  # a saved agent is checked when its block runs
+        match block:
+            case AgentBlock(agent=AgentSpec() as spec) if reason := needs_a_run(spec):
+                yield Issue(block.id, "agent", reason)
 
 
 def _check_edges(workflow: Workflow, graph: Graph) -> Iterator[Issue]:
