@@ -79,7 +79,8 @@ class Knowledge:
         self, kb_id: str, *, name: str, media_type: str, data: bytes
     ) -> StoredDocument:
         """Extract, chunk, embed and store the document, all or nothing."""
-        self._check_model(await self.base(kb_id))
+        base = await self.base(kb_id)
+        self._check_model(base.id, base.embedding_model)
         sections = await anyio.to_thread.run_sync(extract, data, media_type)
         chunks = chunk(sections)
         vectors = await self.embedder.embed([c.text for c in chunks])
@@ -108,12 +109,11 @@ class Knowledge:
         """The ``top_k`` passages nearest the query over these bases, best first."""
         if not query.strip():
             raise UserError("The query is empty", field="query")
-        for kb_id in kb_ids:
-            self._check_model(await self.base(kb_id))
+        revisions = {kb_id: await self._revision(kb_id) for kb_id in kb_ids}
         (vector,) = await self.embedder.embed([query])
         scored: list[tuple[float, int, str]] = []
-        for kb_id in kb_ids:
-            index = await self._index(kb_id)
+        for kb_id, revision in revisions.items():
+            index = await self._index(kb_id, revision)
             scores = index.vectors @ vector
             best = (
                 np.argpartition(-scores, top_k)[:top_k]
@@ -146,10 +146,20 @@ class Knowledge:
             )
         return citations
 
-    async def _index(self, kb_id: str) -> _Index:
+    async def _revision(self, kb_id: str) -> int:
+        """The base's revision, once it is known to exist and to match the embedder."""
+        found = await self.store.model_and_revision(kb_id)
+        if found is None:
+            self._indexes.pop(kb_id, None)
+            raise NotFound(f"No knowledge base {kb_id!r}", field="knowledge_base_id")
+        model, revision = found
+        self._check_model(kb_id, model)
+        return revision
+
+    async def _index(self, kb_id: str, revision: int) -> _Index:
         """The base's vectors, reloaded only when its revision moved on."""
         cached = self._indexes.get(kb_id)
-        if cached is not None and cached.revision == await self.store.revision(kb_id):
+        if cached is not None and cached.revision == revision:
             return cached
         loaded = await self.store.embeddings(kb_id)
         if loaded is None:
@@ -164,10 +174,10 @@ class Knowledge:
         )
         return index
 
-    def _check_model(self, base: KnowledgeBase) -> None:
-        if base.embedding_model != self.embedder.name:
+    def _check_model(self, kb_id: str, model: str) -> None:
+        if model != self.embedder.name:
             raise UserError(
-                f"Knowledge base {base.id!r} was embedded with {base.embedding_model}, "
+                f"Knowledge base {kb_id!r} was embedded with {model}, "
                 f"but this server embeds with {self.embedder.name}",
                 field="knowledge_base_id",
             )

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import AgentId
-from agentstream.errors import Conflict, NotFound
+from agentstream.errors import NotFound
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
@@ -74,8 +74,6 @@ class ContextHandlerOut(BaseModel):
 
 @router.post("/api/knowledge-bases", status_code=201)
 async def create_knowledge_base(body: KnowledgeBaseCreate, svc: Svc) -> KnowledgeBaseOut:
-    if body.id is not None and await svc.knowledge.store.get_base(body.id) is not None:
-        raise Conflict(f"Knowledge base {body.id!r} exists", field="id")
     base = await svc.knowledge.create_base(body.name, body.description, kb_id=body.id)
     return _base(base)
 

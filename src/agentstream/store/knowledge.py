@@ -10,7 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 
+from agentstream.errors import Conflict
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
 from agentstream.store.tables import (
@@ -117,8 +119,11 @@ class KnowledgeStore:
             revision=0,
             created_at=now(),
         )
-        async with self._db.write() as db:
-            db.add(row)
+        try:
+            async with self._db.write() as db:
+                db.add(row)
+        except IntegrityError:
+            raise Conflict(f"Knowledge base {row.id!r} exists", field="id") from None
         return _base(row, documents=0, chunks=0)
 
     async def get_base(self, kb_id: str) -> KnowledgeBase | None:
@@ -203,11 +208,17 @@ class KnowledgeStore:
             await _bump(db, kb_id)
         return True
 
-    async def revision(self, kb_id: str) -> int | None:
+    async def model_and_revision(self, kb_id: str) -> tuple[str, int] | None:
+        """The base's embedding model and revision: what a search checks, in one query."""
         async with self._db.session() as db:
-            return await db.scalar(
-                select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
-            )
+            row = (
+                await db.execute(
+                    select(KnowledgeBaseRow.embedding_model, KnowledgeBaseRow.revision).where(
+                        KnowledgeBaseRow.id == kb_id
+                    )
+                )
+            ).first()
+        return None if row is None else (row.embedding_model, row.revision)
 
     async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes]] | None:
         """The base's revision, and its chunks' ids and embeddings as of that revision."""
