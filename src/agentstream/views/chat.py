@@ -45,6 +45,8 @@ __all__ = [
     "ChatBlock",
     "ChatPolicy",
     "ChatView",
+    "error_frame",
+    "final_frame",
 ]
 
 PROTOCOL_HEADER = "X-Sim-Stream-Protocol"
@@ -74,6 +76,10 @@ class ChatPolicy:
     outputs: tuple[str, ...] = ("content", "toolCalls")
     """What the final envelope's ``output`` holds."""
 
+    def shown(self, text: str) -> str:
+        """Text as this surface may show it: redacted when the deployment says so."""
+        return self.redact(text) if self.redact else text
+
     @property
     def live_text(self) -> bool:
         return self.protocol_v1 and self.redact is None
@@ -89,24 +95,88 @@ class ChatPolicy:
 
 @dataclass(slots=True)
 class ChatBlock:
-    streamed_text: bool = False
-    """Live text went out in the current step and may need a ``chunk_reset``."""
-    thinking_sent: int = 0
-    thinking_step: int = 0
-    """The step whose thinking went out last: a new step's starts on a new paragraph."""
-    tool_calls: dict[str, Frame] = field(default_factory=dict)
+    """One block's frames on this surface: the rules every chat view applies per block."""
 
-    def thinking(self, block_id: str, segment: int, text: str) -> list[Frame]:
-        """A thinking frame, within the block's cap; a new segment starts a new paragraph."""
-        if self.thinking_step not in (0, segment):
+    policy: ChatPolicy
+    block_id: str
+    streamed_text: bool = False
+    """Live text went out in the current turn and may need a ``chunk_reset``."""
+    thinking_sent: int = 0
+    thinking_segment: int = 0
+    """The segment (step) whose thinking went out last: a new one starts a new paragraph."""
+    tool_calls: dict[str, Frame] = field(default_factory=dict)
+    """Name and status of each call, for the final envelope: never arguments or results."""
+
+    def live_text(self, delta: str) -> list[Frame]:
+        if not self.policy.live_text:
+            return []
+        self.streamed_text = True
+        return [{"blockId": self.block_id, "chunk": delta}]
+
+    def retract(self) -> list[Frame]:
+        """The turn's streamed text was preamble: the client drops it."""
+        if not self.streamed_text:
+            return []
+        self.streamed_text = False
+        return [{"blockId": self.block_id, "event": "chunk_reset"}]
+
+    def settled_text(self, text: str) -> list[Frame]:
+        """Final-turn text in one piece, for clients that get no live text."""
+        if self.policy.live_text or not text:
+            return []
+        return [{"blockId": self.block_id, "chunk": self.policy.shown(text)}]
+
+    def thinking_delta(self, segment: int, delta: str) -> list[Frame]:
+        if not self.policy.thinking or self.policy.redact is not None:
+            return []
+        return self._thinking(segment, delta)
+
+    def thinking_whole(self, segment: int, text: str) -> list[Frame]:
+        """A segment's whole thinking: what a redacting deployment shows, masked."""
+        if not self.policy.thinking or self.policy.redact is None:
+            return []
+        return self._thinking(segment, self.policy.redact(text))
+
+    def tool(self, phase: str, call_id: str, name: str, status: str | None = None) -> list[Frame]:
+        self.tool_calls[call_id] = {"id": call_id, "name": name, "status": status or "pending"}
+        if not self.policy.tools:
+            return []
+        frame: Frame = {
+            "blockId": self.block_id,
+            "event": "tool",
+            "phase": phase,
+            "id": call_id,
+            "name": name,
+        }
+        return [frame | {"status": status}] if phase == "end" else [frame]
+
+    def _thinking(self, segment: int, text: str) -> list[Frame]:
+        """Within the block's cap; a new segment starts a new paragraph."""
+        if self.thinking_segment not in (0, segment):
             text = "\n\n" + text
-        self.thinking_step = segment
+        self.thinking_segment = segment
         room = THINKING_CAP - self.thinking_sent
         if room <= 0:
             return []
         text = text[:room]
         self.thinking_sent += len(text)
-        return [{"blockId": block_id, "event": "thinking", "data": text}]
+        return [{"blockId": self.block_id, "event": "thinking", "data": text}]
+
+
+def final_frame(policy: ChatPolicy, conversation_id: str, output: Frame) -> Frame:
+    """The terminal envelope of an answer, with the outputs the deployment shows."""
+    data = {
+        "success": True,
+        "conversationId": conversation_id,
+        "output": {k: v for k, v in output.items() if k in policy.outputs},
+    }
+    return {"event": "final", "data": data}
+
+
+def error_frame(policy: ChatPolicy, status: str, message: str) -> Frame:
+    """The terminal error: errors can carry a provider's or the server's details, not for
+    the public, so those read generically."""
+    return {"event": "error", "error": policy.shown(PUBLIC_ERRORS.get(status, message))}
 
 
 class ChatView:
@@ -116,71 +186,39 @@ class ChatView:
         self.policy = policy
         self.block_id = block_id
         self.conversation_id = conversation_id
-        self._block = ChatBlock()
+        self._block = ChatBlock(policy, block_id)
 
     def frames(self, event: BaseEvent) -> list[Frame]:
-        policy, block, block_id = self.policy, self._block, self.block_id
+        block = self._block
         match event:
-            case TextDelta(delta=delta) if policy.live_text:
-                block.streamed_text = True
-                return [{"blockId": block_id, "chunk": delta}]
-            case TextRetracted() if block.streamed_text:
-                block.streamed_text = False
-                return [{"blockId": block_id, "event": "chunk_reset"}]
-            case Text(text=text) if not policy.live_text and text:
-                return [{"blockId": block_id, "chunk": self._shown(text)}]
-            case ReasoningDelta(step=step, delta=delta) if (
-                policy.thinking and policy.redact is None
-            ):
-                return self._thinking(step, delta)
-            case Reasoning(step=step, text=text) if policy.thinking and policy.redact is not None:
-                return self._thinking(step, policy.redact(text))
+            case TextDelta(delta=delta):
+                return block.live_text(delta)
+            case TextRetracted():
+                return block.retract()
+            case Text(text=text):
+                return block.settled_text(text)
+            case ReasoningDelta(step=step, delta=delta):
+                return block.thinking_delta(step, delta)
+            case Reasoning(step=step, text=text):
+                return block.thinking_whole(step, text)
             case ToolCall(call_id=call_id, tool_name=name):
-                block.tool_calls[call_id] = {"id": call_id, "name": name, "status": "pending"}
-                if policy.tools:
-                    return [
-                        {
-                            "blockId": block_id,
-                            "event": "tool",
-                            "phase": "start",
-                            "id": call_id,
-                            "name": name,
-                        }
-                    ]
+                return block.tool("start", call_id, name)
             case ToolResult(call_id=call_id, tool_name=name, status=status):
-                block.tool_calls[call_id] = {"id": call_id, "name": name, "status": status}
-                if policy.tools:
-                    return [
-                        {
-                            "blockId": block_id,
-                            "event": "tool",
-                            "phase": "end",
-                            "id": call_id,
-                            "name": name,
-                            "status": status,
-                        }
-                    ]
+                return block.tool("end", call_id, name, status)
             case StepStarted():
                 block.streamed_text = False
             case RunCompleted(content=content, usage=usage):
                 output: Frame = {
-                    "content": self._shown(content),
+                    "content": self.policy.shown(content),
                     "toolCalls": list(block.tool_calls.values()),
                     "usage": {
                         "inputTokens": usage.input_tokens,
                         "outputTokens": usage.output_tokens,
                     },
                 }
-                data = {
-                    "success": True,
-                    "conversationId": self.conversation_id,
-                    "output": {k: v for k, v in output.items() if k in policy.outputs},
-                }
-                return [{"event": "final", "data": data}]
+                return [final_frame(self.policy, self.conversation_id, output)]
             case RunFailed(status=status, message=message):
-                # Errors can carry a provider's or the server's details: not for the public.
-                shown = PUBLIC_ERRORS.get(status, message)
-                return [{"event": "error", "error": self._shown(shown)}]
+                return [error_frame(self.policy, status, message)]
             case RunPaused():
                 data = {
                     "success": False,
@@ -189,12 +227,7 @@ class ChatView:
                 }
                 return [{"event": "final", "data": data}]
             case (
-                TextDelta()
-                | TextRetracted()
-                | Text()
-                | ReasoningDelta()
-                | Reasoning()
-                | ReasoningSummary()
+                ReasoningSummary()
                 | RunStarted()
                 | StepCompleted()
                 | ApprovalRequested()
@@ -207,9 +240,3 @@ class ChatView:
             case _:
                 raise TypeError(f"No chat frame rule for {type(event).__name__}")
         return []
-
-    def _shown(self, text: str) -> str:
-        return self.policy.redact(text) if self.policy.redact else text
-
-    def _thinking(self, step: int, text: str) -> list[Frame]:
-        return self._block.thinking(self.block_id, step, text)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from agentstream.views.chat import PUBLIC_ERRORS, ChatBlock, ChatPolicy, Frame
+from agentstream.views.chat import ChatBlock, ChatPolicy, Frame, error_frame, final_frame
 from agentstream.workflows.events import (
     BlockChunk,
     BlockChunkReset,
@@ -49,7 +49,9 @@ class WorkflowChatView:
         self.policy = policy
         self.output_blocks = list(dict.fromkeys(output_blocks))
         self.conversation_id = conversation_id
-        self._blocks = {block_id: ChatBlock() for block_id in self.output_blocks}
+        self._blocks = {b: ChatBlock(policy, b) for b in self.output_blocks}
+        self._segments = dict.fromkeys(self.output_blocks, 1)
+        """Each block's thinking segment: a new one starts a new paragraph."""
         self._answers: dict[str, str] = {}
         self._ended: set[str] = set()
         self._held: dict[str, list[Frame]] = {block_id: [] for block_id in self.output_blocks}
@@ -62,10 +64,10 @@ class WorkflowChatView:
         match event:
             case WorkflowComplete():
                 return [self._final()]
-            case WorkflowError():
-                return [{"event": "error", "error": self._shown(PUBLIC_ERRORS["error"])}]
+            case WorkflowError(error=error):
+                return [error_frame(self.policy, "error", error)]
             case WorkflowCancelled(reason=reason):
-                return [{"event": "error", "error": self._shown(reason)}]
+                return [error_frame(self.policy, "cancelled", reason)]
         block_id: str | None = getattr(event, "block_id", None)
         if block_id not in self._blocks:
             return []  # not an output block: it works unseen
@@ -76,41 +78,27 @@ class WorkflowChatView:
         return self._release()
 
     def _block_frames(self, block_id: str, event: WorkflowEventBase) -> list[Frame]:
-        policy, block = self.policy, self._blocks[block_id]
+        block = self._blocks[block_id]
         match event:
-            case BlockContentDelta(delta=delta) if policy.live_text:
-                block.streamed_text = True
-                return [{"blockId": block_id, "chunk": delta}]
-            case BlockChunkReset() if block.streamed_text:
-                block.streamed_text = False
-                return [{"blockId": block_id, "event": "chunk_reset"}]
-            case BlockChunk(delta=delta) if not policy.live_text and delta:
-                return [{"blockId": block_id, "chunk": self._shown(delta)}]
-            case BlockReasoningDelta(delta=delta) if policy.thinking and policy.redact is None:
-                return block.thinking(block_id, 1, delta)
-            case BlockReasoning(text=text) if policy.thinking and policy.redact is not None:
-                return block.thinking(block_id, 1, policy.redact(text))
+            case BlockContentDelta(delta=delta):
+                return block.live_text(delta)
+            case BlockChunkReset():
+                return block.retract()
+            case BlockChunk(delta=delta):
+                return block.settled_text(delta)
+            case BlockReasoningDelta(delta=delta):
+                return block.thinking_delta(self._segments[block_id], delta)
+            case BlockReasoning(text=text):  # a segment ended: the next opens a paragraph
+                self._segments[block_id] += 1
+                return block.thinking_whole(self._segments[block_id] - 1, text)
             case BlockTool(phase=phase, call_id=call_id, name=name, status=status):
-                block.tool_calls[call_id] = {
-                    "id": call_id,
-                    "name": name,
-                    "status": status or "pending",
-                }
-                if policy.tools:
-                    frame: Frame = {
-                        "blockId": block_id,
-                        "event": "tool",
-                        "phase": phase,
-                        "id": call_id,
-                        "name": name,
-                    }
-                    return [frame | {"status": status}] if phase == "end" else [frame]
+                return block.tool(phase, call_id, name, status)
             case BlockOutput(output=output):
                 answer = self._answers[block_id] = _text(output)
                 streamed = any("chunk" in frame for frame in self._held[block_id])
                 if answer and not (streamed or self._shows_text.get(block_id)):
                     # e.g. a template: its output is its only text
-                    return [{"blockId": block_id, "chunk": self._shown(answer)}]
+                    return [{"blockId": block_id, "chunk": self.policy.shown(answer)}]
         return []
 
     def _release(self) -> list[Frame]:
@@ -139,18 +127,10 @@ class WorkflowChatView:
     def _final(self) -> Frame:
         answered = [b for b in self.output_blocks if b in self._answers]
         output: Frame = {
-            "content": self._shown(SEPARATOR.join(self._answers[b] for b in answered)),
+            "content": self.policy.shown(SEPARATOR.join(self._answers[b] for b in answered)),
             "toolCalls": [call for b in answered for call in self._blocks[b].tool_calls.values()],
         }
-        data = {
-            "success": True,
-            "conversationId": self.conversation_id,
-            "output": {k: v for k, v in output.items() if k in self.policy.outputs},
-        }
-        return {"event": "final", "data": data}
-
-    def _shown(self, text: str) -> str:
-        return self.policy.redact(text) if self.policy.redact else text
+        return final_frame(self.policy, self.conversation_id, output)
 
 
 def _text(output: dict[str, Any]) -> str:
