@@ -149,8 +149,7 @@ class RuntimeOrchestrationRunner:
             raise BlockFailed(
                 f"Agent {orchestration!r} is not an orchestration: it delegates to no one"
             )
-        with anyio.CancelScope(shield=True):  # a run recorded is a run launched and followed
-            started = await self.runs.start(coordinator, message)
+        started = await self.runs.start(coordinator, message)
         ending = await follow_run(
             self.runs, started.run_id, events, reason="Cancelled with its workflow execution"
         )
