@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 import time
@@ -219,3 +220,32 @@ def postgres_admin(statement: str) -> None:
             await connection.close()
 
     anyio.run(execute)
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page in headless Chromium from the Debian packages (Playwright cannot download its
+    own here). Skipped without it, except in CI."""
+    if not Path(CHROMIUM).exists():
+        message = "Chromium is missing: apt-get install chromium (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser.new_page()
+        browser.close()

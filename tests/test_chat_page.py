@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,17 +10,6 @@ import pytest
 from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
 
 playwright = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 RECORD_ANSWERS = """
@@ -43,20 +30,6 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield live
 
 
-@pytest.fixture
-def page(paced: LiveServer) -> Iterator[playwright.Page]:
-    if not Path(CHROMIUM).exists():
-        message = "Chromium is missing: apt-get install chromium (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        yield page
-        browser.close()
-
-
 def test_streams_the_answer_with_thinking_and_tools(
     paced: LiveServer, page: playwright.Page, tmp_path: Path
 ) -> None:
@@ -70,7 +43,7 @@ def test_streams_the_answer_with_thinking_and_tools(
     page.press("#input", "Enter")
 
     answer = page.locator(".assistant .answer").last
-    thinking = page.locator(".assistant details.thinkingSection").last
+    thinking = page.locator(".assistant details.thinking").last
     playwright.expect(thinking).to_be_visible()
     playwright.expect(thinking).to_contain_text("calculator")
     playwright.expect(page.locator(".tool").last).to_have_attribute("data-status", "success")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,16 +12,6 @@ from conftest import LiveServer, make_settings, serve
 
 playwright = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 WORKFLOW = {
     "id": "pair",
@@ -95,19 +83,11 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
-def page(paced: LiveServer) -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        message = "Chromium is missing: apt-get install chromium (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        page.add_init_script(f"sessionStorage.setItem('agentstream:apikey', {paced.key!r});")
-        page.add_init_script(RECORD_STATES)
-        yield page
-        browser.close()
+def page(page: Any, paced: LiveServer) -> Any:
+    """The browser page, signed in with the API key and recording block states."""
+    page.add_init_script(f"sessionStorage.setItem('agentstream:apikey', {paced.key!r});")
+    page.add_init_script(RECORD_STATES)
+    return page
 
 
 def test_a_draft_run_is_drawn_live_and_its_replay_ends_the_same(

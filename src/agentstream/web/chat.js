@@ -11,13 +11,6 @@ const conversationKey = `agentstream:conversation:${slug}`;
 let conversationId = sessionStorage.getItem(conversationKey) || crypto.randomUUID();
 let controller = null;
 
-function element(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
 function setStatus(text, isError = false) {
   $("status").textContent = text;
   $("status").classList.toggle("error", isError);
@@ -33,40 +26,14 @@ async function errorMessage(response) {
 }
 
 // One assistant message: Thinking and Tools sections above the answer, made on demand.
-class AssistantMessage {
+class AssistantMessage extends Panels {
   constructor() {
-    this.root = element("div", "message assistant");
-    this.answer = element("div", "answer");
-    this.root.append(this.answer);
-    $("conversation").append(this.root);
-  }
-  section(name, title) {
-    if (!this[name]) {
-      const details = element("details", name);
-      details.open = true;
-      details.append(element("summary", "", title));
-      this.root.insertBefore(details, this.answer);
-      this[name] = details;
-    }
-    return this[name];
-  }
-  thinking(text) {
-    const section = this.section("thinkingSection", "Thinking");
-    let body = section.querySelector(".thinking-text");
-    if (!body) section.append((body = element("p", "thinking-text")));
-    body.textContent += text;
-  }
-  tool(frame) {
-    const section = this.section("toolsSection", "Tools");
-    let list = section.querySelector("ul");
-    if (!list) section.append((list = element("ul")));
-    let item = list.querySelector(`[data-id="${CSS.escape(frame.id)}"]`);
-    if (!item) {
-      item = element("li", "tool", frame.name);
-      item.dataset.id = frame.id;
-      list.append(item);
-    }
-    item.dataset.status = frame.phase === "start" ? "running" : frame.status || "success";
+    const root = element("div", "message assistant");
+    const answer = element("div", "answer");
+    root.append(answer);
+    super(root, answer);
+    this.answer = answer;
+    $("conversation").append(root);
   }
   // Text is kept per block: a reset takes back only its own block's streamed text.
   append(block, text) { this.block(block).textContent += text; }

@@ -14,13 +14,6 @@ let graph = null;  // {workflowId, boxes: Map(blockId -> element)}
 let outputs = new Map();  // blockId -> BlockOutput in the terminal panel
 let controller = null;
 
-function element(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
 function svgElement(tag, attributes) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
@@ -152,43 +145,16 @@ function resetRun() {
 // --- the terminal output panel -------------------------------------------------------------
 
 // One block's entry: Thinking and Tools sections above its output, made on demand.
-class BlockOutput {
+class BlockOutput extends Panels {
   constructor(blockId, blockType) {
-    this.root = element("div", "output");
-    this.root.dataset.block = blockId;
-    this.root.append(element("h2", "", blockType ? `${blockId} · ${blockType}` : blockId));
-    this.text = element("div", "text");
-    this.root.append(this.text);
-    this.sections = {};
-    $("terminal").append(this.root);
-  }
-  section(name, title) {
-    if (!this.sections[name]) {
-      const details = element("details", name);
-      details.open = true;
-      details.append(element("summary", "", title));
-      this.root.insertBefore(details, this.text);
-      this.sections[name] = details;
-    }
-    return this.sections[name];
-  }
-  thinking(text) {
-    const section = this.section("thinking", "Thinking");
-    let body = section.querySelector(".thinking-text");
-    if (!body) section.append((body = element("div", "thinking-text")));
-    body.textContent += text;
-  }
-  tool(data) {
-    const section = this.section("tools", "Tools");
-    let list = section.querySelector("ul");
-    if (!list) section.append((list = element("ul")));
-    let item = list.querySelector(`[data-id="${CSS.escape(data.id)}"]`);
-    if (!item) {
-      item = element("li", "tool", data.name);
-      item.dataset.id = data.id;
-      list.append(item);
-    }
-    item.dataset.status = data.phase === "start" ? "running" : data.status || "success";
+    const root = element("div", "output");
+    root.dataset.block = blockId;
+    root.append(element("h2", "", blockType ? `${blockId} · ${blockType}` : blockId));
+    const text = element("div", "text");
+    root.append(text);
+    super(root, text);
+    this.text = text;
+    $("terminal").append(root);
   }
   complete(output) {
     if (output === undefined) return;
