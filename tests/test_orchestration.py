@@ -387,6 +387,28 @@ def test_public_chat_shows_delegations_only_as_tool_calls(live: LiveServer) -> N
     assert final["data"]["output"]["content"] == answer
 
 
+def test_a_deployed_orchestration_keeps_the_entities_it_was_deployed_with(
+    server: LiveServer,
+) -> None:
+    def ask() -> str:
+        with client.stream("POST", "/api/chat/team-chat", json={"input": "6 * 7"}) as response:
+            *_, final, _done = frames_of(response)
+        content: str = final["data"]["output"]["content"]
+        return content
+
+    with server.client() as client:
+        deployment = {"slug": "team-chat", "agent_id": "team"}
+        assert client.post("/api/chat-deployments", json=deployment).status_code == 201
+        assert ask().startswith("mathematician: The answer is 42.")
+
+        changed = client.patch("/api/agents/mathematician", json={"tools": []})
+        assert changed.status_code == 200
+        assert ask().startswith("mathematician: The answer is 42."), "pinned: no redeploy yet"
+
+        assert client.post("/api/chat-deployments/team-chat/redeploy").status_code == 200
+        assert not ask().startswith("mathematician: The answer is 42.")
+
+
 def test_delegations_must_end(live: LiveServer) -> None:
     with live.client() as client:
         itself = client.post("/api/agents", json={"id": "narcissus", "delegates": ["narcissus"]})

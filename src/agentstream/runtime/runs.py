@@ -114,11 +114,14 @@ class RunManager:
         session_id: str | None = None,
         create_session: bool = False,
         reasoning: bool | None = None,
+        entities: Mapping[str, StoredAgent] | None = None,
     ) -> StartedRun:
         """Record a new run and start it. Raises ``UserError`` before writing anything.
 
         ``session_id`` continues that conversation; with ``create_session`` a session of
         that id that does not exist yet is created (clients that name their conversations).
+        ``entities`` pins an orchestration's entities (a deployment's); by default they are
+        the ones stored now.
         """
         if self._group is None:
             raise RuntimeError("RunManager is not running")
@@ -136,7 +139,8 @@ class RunManager:
                 )
         reasoning = spec.reasoning if reasoning is None else reasoning
         model = self.models.get(spec.model)  # raises now if it cannot run here
-        entities = await resolve_entities(self.store, spec)
+        if entities is None:
+            entities = await resolve_entities(self.store, spec)
         if not new_session and await self.store.session_paused(session_id):
             raise Conflict(
                 f"Session {session_id!r} has a run waiting for approval: decide on it first",

@@ -230,7 +230,7 @@ async def _stream(
     )
     conversation_id = conversation_id or uuid.uuid4().hex
     next_chunk, cancel = (
-        await _run_agent(svc, target, settings.slug, message, conversation_id, policy)
+        await _run_agent(svc, deployment, target, message, conversation_id, policy)
         if isinstance(target, StoredAgent)
         else await _run_workflow(
             svc, target, settings.output_blocks, message, conversation_id, policy
@@ -250,20 +250,21 @@ Started = tuple[Callable[[], Awaitable[bytes | None]], Callable[[], None]]
 
 async def _run_agent(
     svc: Services,
+    deployment: StoredDeployment,
     agent: StoredAgent,
-    slug: str,
     message: str,
     conversation_id: str,
     policy: ChatPolicy,
 ) -> Started:
     """A run of the agent in the conversation's session, so it remembers earlier turns."""
-    session_key = f"{slug}\n{agent.spec.id}\n{conversation_id}".encode()
+    session_key = f"{deployment.settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
     run = await svc.runs.start(
         agent,
         message,
         session_id="cnv_" + hashlib.sha256(session_key).hexdigest()[:36],
         create_session=True,
         reasoning=policy.thinking,
+        entities=deployment.entities,
     )
     view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
     subscription = svc.runs.log.subscribe(run.run_id)

@@ -16,6 +16,7 @@ from agentstream.deployments import (
     hash_password,
 )
 from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.runtime.orchestration import resolve_entities
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
@@ -74,11 +75,14 @@ def _check(settings: DeploymentSettings, password_hash: str | None) -> None:
 async def deploy(
     svc: Services, settings: DeploymentSettings, password_hash: str | None
 ) -> StoredDeployment:
-    """Validate and store a deployment with a fresh snapshot of its agent or workflow."""
+    """Validate and store a deployment with a fresh snapshot of its agent (with an
+    orchestration's entities) or workflow."""
     _check(settings, password_hash)
     target: StoredAgent | DeployedWorkflow
+    entities: dict[str, StoredAgent] = {}
     if settings.agent_id is not None:
         target = await agent_or_404(svc, settings.agent_id)
+        entities = await resolve_entities(svc.store, target.spec)
     else:
         assert settings.workflow_id is not None
         stored = await workflow_or_404(svc, settings.workflow_id)
@@ -90,7 +94,9 @@ async def deploy(
                 field="output_blocks",
             )
         target = DeployedWorkflow(definition_json(stored.workflow), stored.version)
-    return await svc.store.put_deployment(settings, target=target, password_hash=password_hash)
+    return await svc.store.put_deployment(
+        settings, target=target, entities=entities, password_hash=password_hash
+    )
 
 
 @router.get("")

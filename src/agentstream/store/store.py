@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -79,6 +79,9 @@ class StoredDeployment:
     target: StoredAgent | DeployedWorkflow
     """The agent or workflow snapshot this deployment serves (its times are the
     deployment's)."""
+    entities: dict[str, StoredAgent] | None
+    """For an orchestration, its entities as deployed (None: deployed before they were
+    pinned, so they are looked up at each run)."""
     updated_at: datetime
 
 
@@ -202,9 +205,11 @@ class Store:
         settings: DeploymentSettings,
         *,
         target: StoredAgent | DeployedWorkflow,
+        entities: Mapping[str, StoredAgent] | None = None,
         password_hash: str | None,
     ) -> StoredDeployment:
-        """Create or replace a deployment, pinning the given agent or workflow snapshot."""
+        """Create or replace a deployment, pinning the given agent or workflow snapshot (and
+        an orchestration's entities)."""
         async with self.db.write() as db:
             row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
             if row is None:
@@ -218,6 +223,10 @@ class Store:
             row.agent_version = agent.version if agent else None
             row.workflow_definition = workflow.definition if workflow else None
             row.workflow_version = workflow.version if workflow else None
+            row.entities = {
+                entity_id: {"spec": e.spec.model_dump(mode="json"), "version": e.version}
+                for entity_id, e in (entities or {}).items()
+            }
             row.updated_at = now()
         return _stored_deployment(row)
 
@@ -560,6 +569,17 @@ def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
         settings=DeploymentSettings.model_validate(row.settings),
         password_hash=row.password_hash,
         target=target,
+        entities=None
+        if row.entities is None
+        else {
+            entity_id: StoredAgent(
+                spec=AgentSpec.model_validate(pinned["spec"]),
+                version=pinned["version"],
+                created_at=utc(row.created_at),
+                updated_at=utc(row.updated_at),
+            )
+            for entity_id, pinned in row.entities.items()
+        },
         updated_at=utc(row.updated_at),
     )
 

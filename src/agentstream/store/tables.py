@@ -138,6 +138,8 @@ class DeploymentRow(Base):
     workflow_definition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     """Or the workflow as it was when deployed."""
     workflow_version: Mapped[int | None] = mapped_column(Integer)
+    entities: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """An orchestration's entity agents as they were when deployed: {id: {spec, version}}."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
