@@ -4,6 +4,7 @@ references, agent and orchestration blocks, cancellation."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,6 +42,7 @@ from agentstream.workflows import (
     parse_workflow,
 )
 from agentstream.workflows.events import WorkflowEventBase
+from agentstream.workflows.expressions import Expression
 
 pytestmark = pytest.mark.anyio
 
@@ -400,25 +402,32 @@ async def test_a_runaway_expression_is_a_block_error(expression: str) -> None:
     assert result.status == "error"
 
 
-async def test_expressions_are_evaluated_off_the_event_loop() -> None:
-    """Other tasks (every other stream) keep running while a slow expression is evaluated."""
-    ticks = 0
+async def test_expressions_are_evaluated_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Other tasks (every other stream) keep running while an expression is evaluated: here
+    the evaluation waits for the loop to run another task, which it could not do if it held
+    the loop."""
+    loop_ran = threading.Event()
+    evaluate = Expression.evaluate
 
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await anyio.lowlevel.checkpoint()
+    def waiting_evaluate(self: Expression, outputs: Any) -> Any:
+        assert loop_ran.wait(timeout=10), "the event loop was blocked during the evaluation"
+        return evaluate(self, outputs)
 
-    slow = "len(sorted([3] * 300_000)) + len(sorted([2] * 300_000))"
-    flow = workflow([{"id": "f", "type": "function", "expression": slow}], [("start", "f")])
+    monkeypatch.setattr(Expression, "evaluate", waiting_evaluate)
+
+    async def other_stream() -> None:
+        await anyio.sleep(0.05)
+        loop_ran.set()
+
+    flow = workflow([{"id": "f", "type": "function", "expression": "1 + 1"}], [("start", "f")])
     async with anyio.create_task_group() as group:
-        group.start_soon(tick)
-        await execute(flow)
-        group.cancel_scope.cancel()
-
-    # On the loop, it would tick only at the engine's own few awaits.
-    assert ticks > 100
+        group.start_soon(other_stream)
+        recorder, result = await execute(flow)
+    assert result.status == "completed"
+    (output,) = [e.output for e in recorder.of("block_output") if e.block_id == "f"]
+    assert output == {"result": 2}
 
 
 # --- references ----------------------------------------------------------------------------
