@@ -29,7 +29,7 @@ class Database:
         """For reads."""
         self._turn = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self._grouping = anyio.Lock()
-        self._waiting: list[tuple[Base, asyncio.Future[None]]] = []
+        self._waiting: list[_Insert] = []
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -38,10 +38,15 @@ class Database:
         async with turn, self.session.begin() as db:
             yield db
 
-    async def insert(self, row: Base) -> None:
-        """Insert ``row``, with the other rows that wait meanwhile (group commit)."""
+    async def insert(self, *rows: Base | None) -> None:
+        """Insert ``rows`` together, with the rows that others wait to insert (group commit).
+
+        Rows go in the given order, each position flushed for the whole group before the
+        next, so a row may refer to an earlier one (a run to its new session); None keeps a
+        position empty.
+        """
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((row, written))
+        self._waiting.append((rows, written))
         async with self._grouping:
             if written.done():
                 return written.result()
@@ -58,10 +63,10 @@ class Database:
                 raise
         return written.result()
 
-    async def _insert_group(self, group: list[tuple[Base, asyncio.Future[None]]]) -> None:
+    async def _insert_group(self, group: list[_Insert]) -> None:
         try:
             async with self.write() as db:
-                db.add_all(row for row, _ in group)
+                await _add_in_order(db, [rows for rows, _ in group])
         except Exception:
             if len(group) == 1:
                 raise
@@ -70,12 +75,22 @@ class Database:
             for _, written in group:
                 written.set_result(None)
 
-    async def _insert_each(self, group: list[tuple[Base, asyncio.Future[None]]]) -> None:
-        for row, written in group:
+    async def _insert_each(self, group: list[_Insert]) -> None:
+        for rows, written in group:
             try:
                 async with self.write() as db:
-                    db.add(row)
+                    await _add_in_order(db, [rows])
             except Exception as exc:
                 written.set_exception(exc)
             else:
                 written.set_result(None)
+
+
+_Insert = tuple[tuple[Base | None, ...], asyncio.Future[None]]
+
+
+async def _add_in_order(db: AsyncSession, inserts: list[tuple[Base | None, ...]]) -> None:
+    """Position by position: one flush (a few statements) for each, whatever the count."""
+    for position in range(max(len(rows) for rows in inserts)):
+        db.add_all(row for rows in inserts if position < len(rows) and (row := rows[position]))
+        await db.flush()

@@ -292,26 +292,24 @@ class Store:
         reasoning_requested: bool,
         first_event: BaseEvent,
     ) -> None:
-        """The run, its first event (and its new session): one transaction, one round trip
-        before a viewer's first byte."""
-        async with self.db.write() as db:
-            if new_session:
-                db.add(SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now()))
-                await db.flush()
-            db.add(
-                RunRow(
-                    id=run_id,
-                    agent_id=agent.spec.id,
-                    agent_version=agent.version,
-                    session_id=session_id,
-                    status="running",
-                    input=input,
-                    reasoning_requested=reasoning_requested,
-                    created_at=now(),
-                )
-            )
-            await db.flush()
-            db.add(_event_row(first_event))
+        """The run, its first event (and its new session): all or nothing, written with
+        whatever else waits to be written."""
+        await self.db.insert(
+            SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
+            if new_session
+            else None,
+            RunRow(
+                id=run_id,
+                agent_id=agent.spec.id,
+                agent_version=agent.version,
+                session_id=session_id,
+                status="running",
+                input=input,
+                reasoning_requested=reasoning_requested,
+                created_at=now(),
+            ),
+            _event_row(first_event),
+        )
 
     async def append_event(self, event: BaseEvent) -> None:
         await self.db.insert(_event_row(event))  # grouped with other runs' events
