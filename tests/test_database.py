@@ -69,3 +69,40 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: 
         )
     finally:
         await store.close()
+
+
+async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        agent = await store.put_agent(AgentSpec(id="a"))
+        outcomes: dict[str, str] = {}
+
+        async def create(run_id: str, session_id: str) -> None:
+            first = RunStarted(
+                run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=session_id
+            )
+            try:
+                await store.create_run(
+                    run_id=run_id,
+                    agent=agent,
+                    session_id=session_id,
+                    new_session=True,
+                    input="hi",
+                    reasoning_requested=False,
+                    first_event=first,
+                )
+                outcomes[run_id] = "created"
+            except IntegrityError:
+                outcomes[run_id] = "refused"
+
+        await create("run_0", "ses_taken")
+        async with anyio.create_task_group() as group:  # one group: sessions, runs, events
+            for n in range(1, 21):
+                group.start_soon(create, f"run_{n}", "ses_taken" if n == 7 else f"ses_{n}")
+        assert outcomes == {f"run_{n}": "refused" if n == 7 else "created" for n in range(21)}
+        for n in (1, 20):
+            assert (await store.get_run(f"run_{n}")) is not None
+            assert await store.session_agent(f"ses_{n}") == "a"
+        assert await store.get_run("run_7") is None
+    finally:
+        await store.close()
