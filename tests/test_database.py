@@ -24,26 +24,25 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+async def create_run(store: Store, run_id: str, session_id: str) -> None:
+    """A run of agent "a" in a new session."""
+    agent = await store.get_agent("a") or await store.put_agent(AgentSpec(id="a"))
+    first = RunStarted(run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=session_id)
+    await store.create_run(
+        run_id=run_id,
+        agent=agent,
+        session_id=session_id,
+        new_session=True,
+        input="hi",
+        reasoning_requested=False,
+        first_event=first,
+    )
+
+
 async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     try:
-        agent = await store.put_agent(AgentSpec(id="a"))
-
-        async def create_run(run_id: str) -> None:
-            first = RunStarted(
-                run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=run_id
-            )
-            await store.create_run(
-                run_id=run_id,
-                agent=agent,
-                session_id=run_id,
-                new_session=True,
-                input="hi",
-                reasoning_requested=False,
-                first_event=first,
-            )
-
-        await create_run("run_1")
+        await create_run(store, "run_1", "ses_1")
         outcomes: dict[int, str] = {}
 
         async def append(seq: int, run_id: str) -> None:
@@ -60,7 +59,7 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: 
 
         await append(2, "run_2")  # refused: run_2 does not exist yet
         assert outcomes[2] == "refused"
-        await create_run("run_2")
+        await create_run(store, "run_2", "ses_2")
         await append(12, "run_1")  # must not carry the refused row along, now valid
         async with store.db.session() as db:
             rows = (await db.execute(select(RunEventRow.run_id, RunEventRow.seq))).all()
@@ -74,23 +73,12 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: 
 async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path) -> None:
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     try:
-        agent = await store.put_agent(AgentSpec(id="a"))
+        await store.put_agent(AgentSpec(id="a"))
         outcomes: dict[str, str] = {}
 
         async def create(run_id: str, session_id: str) -> None:
-            first = RunStarted(
-                run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=session_id
-            )
             try:
-                await store.create_run(
-                    run_id=run_id,
-                    agent=agent,
-                    session_id=session_id,
-                    new_session=True,
-                    input="hi",
-                    reasoning_requested=False,
-                    first_event=first,
-                )
+                await create_run(store, run_id, session_id)
                 outcomes[run_id] = "created"
             except IntegrityError:
                 outcomes[run_id] = "refused"
