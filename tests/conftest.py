@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -249,3 +253,42 @@ def page() -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser.new_page()
         browser.close()
+
+
+@contextmanager
+def crashable_server(data_dir: Path) -> Iterator[tuple[LiveServer, Callable[[], None]]]:
+    """The demo server in a process of its own, with the ``waiter`` agent (its tool waits
+    30 s), and a function that kills it with SIGKILL: a crash, for restart tests."""
+    port = free_port()
+    program = textwrap.dedent(f"""
+        import uvicorn
+        from pathlib import Path
+        from agentstream.agents import AgentSpec
+        from agentstream.config import Settings
+        from agentstream.providers.scripted import ScriptedModel
+        from agentstream.runtime.tools import Tool
+        from agentstream.server import create_app
+        from conftest import call_wait_then_answer, wait
+        app = create_app(
+            Settings(data_dir=Path({str(data_dir)!r}), demo=True),
+            tools=[Tool.from_function(wait)],
+            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
+            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
+        )
+        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    process = subprocess.Popen([sys.executable, "-c", program], env=env)
+
+    def crash() -> None:
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url)
+        key = (data_dir / "demo-key").read_text().strip()
+        yield LiveServer(url=url, key=key, settings=make_settings(data_dir)), crash
+    finally:
+        process.kill()
+        process.wait(10)

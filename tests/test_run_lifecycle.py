@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -32,7 +27,7 @@ from agentstream.sse import SSEDecoder
 from conftest import (
     LiveServer,
     call_wait_then_answer,
-    free_port,
+    crashable_server,
     make_settings,
     read_events,
     run_events,
@@ -40,7 +35,6 @@ from conftest import (
     stream_frames,
     wait,
     wait_for_status,
-    wait_until_up,
 )
 
 
@@ -203,47 +197,17 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
 
 
 def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
-    port = free_port()
-    program = textwrap.dedent(f"""
-        import uvicorn, anyio
-        from pathlib import Path
-        from agentstream.agents import AgentSpec
-        from agentstream.config import Settings
-        from agentstream.providers.scripted import ScriptedModel
-        from agentstream.runtime.tools import Tool
-        from agentstream.server import create_app
-        from conftest import call_wait_then_answer, wait
-        app = create_app(
-            Settings(data_dir=Path({str(tmp_path)!r}), demo=True),
-            tools=[Tool.from_function(wait)],
-            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
-            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
-        )
-        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
-    """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    process = subprocess.Popen([sys.executable, "-c", program], env=env)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url)
-        key = (tmp_path / "demo-key").read_text().strip()
-        crashed = LiveServer(url=url, key=key, settings=make_settings(tmp_path))
-        with (
-            crashed.client() as client,
-            client.stream(
-                "POST", "/api/agents/waiter/run/stream", json={"message": "go"}
-            ) as response,
-        ):
-            decoder = SSEDecoder()
-            for chunk in response.iter_bytes():
-                frames = [e.json() for e in decoder.feed(chunk)]
-                if any(f["event"] == "tool_call" for f in frames):
-                    break
-            process.send_signal(signal.SIGKILL)
-            process.wait(10)
-    finally:
-        process.kill()
-        process.wait(10)
+    with (
+        crashable_server(tmp_path) as (crashed, crash),
+        crashed.client() as client,
+        client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,
+    ):
+        decoder = SSEDecoder()
+        for chunk in response.iter_bytes():
+            frames = [e.json() for e in decoder.feed(chunk)]
+            if any(f["event"] == "tool_call" for f in frames):
+                break
+        crash()
 
     with serve(make_settings(tmp_path)) as restarted, restarted.client() as client:
         runs = [client.get(f"/api/agents/runs/{run_id}").json() for run_id in _run_ids(tmp_path)]

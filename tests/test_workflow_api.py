@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,14 +37,13 @@ from agentstream.workflows.events import WorkflowCancelled
 from conftest import (
     LiveServer,
     call_wait_then_answer,
-    free_port,
+    crashable_server,
     latest_run_id,
     make_settings,
     read_events,
     serve,
     wait,
     wait_until,
-    wait_until_up,
 )
 
 FORWARDED_ONLY = {"content_delta", "reasoning_delta", "block_chunk"}
@@ -607,42 +601,14 @@ def test_an_execution_past_its_timeout_ends_with_status_timeout(tmp_path: Path) 
 
 
 def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -> None:
-    port = free_port()
-    program = textwrap.dedent(f"""
-        import uvicorn
-        from pathlib import Path
-        from agentstream.agents import AgentSpec
-        from agentstream.config import Settings
-        from agentstream.providers.scripted import ScriptedModel
-        from agentstream.runtime.tools import Tool
-        from agentstream.server import create_app
-        from conftest import call_wait_then_answer, wait
-        app = create_app(
-            Settings(data_dir=Path({str(tmp_path)!r}), demo=True),
-            tools=[Tool.from_function(wait)],
-            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
-            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
-        )
-        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
-    """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    process = subprocess.Popen([sys.executable, "-c", program], env=env)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url)
-        key = (tmp_path / "demo-key").read_text().strip()
-        crashed = LiveServer(url=url, key=key, settings=make_settings(tmp_path))
+    with crashable_server(tmp_path) as (crashed, crash):
         save(crashed, _waiting())
         with (
             crashed.client() as client,
             client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
         ):
             execution_id = _until_tool_call(response)[0]["execution_id"]
-            process.send_signal(signal.SIGKILL)
-            process.wait(10)
-    finally:
-        process.kill()
-        process.wait(10)
+            crash()
 
     with serve_workflows(tmp_path) as restarted:
         record = execution(restarted, execution_id)
