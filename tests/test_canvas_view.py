@@ -180,6 +180,13 @@ def test_errors_and_cancellation() -> None:
     e = Events()
     stopped = [e(WorkflowStart, workflow_id="wf"), e(WorkflowCancelled, reason="Stopped")]
     assert render(stopped)[1] == frame("execution:cancelled", 2, {"reason": "Stopped"})
+    for status in ("timeout", "interrupted"):  # not somebody's cancel: an error
+        e = Events()
+        ended = [
+            e(WorkflowStart, workflow_id="wf"),
+            e(WorkflowCancelled, reason="Late", status=status),
+        ]
+        assert render(ended)[1] == frame("execution:error", 2, {"error": "Late"})
 
 
 def test_a_reset_with_nothing_streamed_and_an_output_less_completion_send_nothing_extra() -> None:

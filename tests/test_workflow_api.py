@@ -597,6 +597,20 @@ def test_an_execution_past_its_timeout_ends_with_status_timeout(tmp_path: Path) 
     assert (record["status"], record["error"]) == ("timeout", "Execution timed out after 0.5s")
 
 
+def test_a_timeout_ends_the_canvas_stream_with_an_error_not_a_cancel(tmp_path: Path) -> None:
+    with serve_workflows(tmp_path, workflow_timeout_seconds=0.5) as live:
+        save(live, _waiting())
+        with live.client() as client:
+            response = client.post("/api/workflows/waits/execute", json={})
+    types = [event.json()["type"] for event in SSEDecoder().feed(response.content)]
+    assert "execution:cancelled" not in types
+    last = SSEDecoder().feed(response.content)[-1].json()
+    assert (last["type"], last["data"]) == (
+        "execution:error",
+        {"error": "Execution timed out after 0.5s"},
+    )
+
+
 # --- restarts ------------------------------------------------------------------------------
 
 
@@ -629,7 +643,8 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
         "block_id": None,
     }
     assert record["events"][-1]["seq"] == record["events"][-2]["seq"] + 1
-    assert SSEDecoder().feed(canvas.content)[-1].json()["data"] == {"reason": stopped}
+    last = SSEDecoder().feed(canvas.content)[-1].json()
+    assert (last["type"], last["data"]) == ("execution:error", {"error": stopped})
 
 
 def test_the_demo_workflow_runs_the_demo_agent_twice_at_once(live: LiveServer) -> None:

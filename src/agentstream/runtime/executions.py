@@ -27,6 +27,7 @@ from agentstream.store.workflows import INTERRUPTED, WorkflowStore
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.engine import Execution, WorkflowEngine
 from agentstream.workflows.events import (
+    Stopped,
     WorkflowCancelled,
     WorkflowComplete,
     WorkflowError,
@@ -38,7 +39,6 @@ __all__ = ["ExecutionLog", "ExecutionManager", "ExecutionStatus"]
 logger = logging.getLogger(__name__)
 
 ExecutionStatus = Literal["running", "completed", "error", "cancelled", "timeout", "interrupted"]
-Stopped = Literal["cancelled", "timeout", "interrupted"]
 ExecutionLog = EventLog[WorkflowEventBase]
 """The live log of executions, by execution id."""
 
@@ -47,8 +47,6 @@ ExecutionLog = EventLog[WorkflowEventBase]
 class _LiveExecution:
     execution_id: str
     execution: Execution | None = None
-    stopped: Stopped | None = None
-    """What a ``workflow_cancelled`` stands for: who stopped the execution, first one wins."""
     last_seq: int = 0
     ended: bool = False
     """The terminal event went out: nothing more may follow it."""
@@ -56,9 +54,8 @@ class _LiveExecution:
     """Set once the outcome is recorded and the log closed."""
 
     def stop(self, status: Stopped, reason: str) -> None:
-        self.stopped = self.stopped or status
         assert self.execution is not None
-        self.execution.cancel(reason)
+        self.execution.cancel(reason, status)
 
 
 class ExecutionManager:
@@ -204,8 +201,8 @@ class ExecutionManager:
                 return self._finish(live, event, "completed", result=result)
             case WorkflowError(error=error):
                 return self._finish(live, event, "error", error=error)
-            case WorkflowCancelled(reason=reason):
-                return self._finish(live, event, live.stopped or "interrupted", error=reason)
+            case WorkflowCancelled(reason=reason, status=status):
+                return self._finish(live, event, status, error=reason)
             case _ if event.persisted:
                 return self.store.append_event(event)
         return None

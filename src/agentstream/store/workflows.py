@@ -218,6 +218,7 @@ class WorkflowStore:
                     seq=(last_seq or 0) + 1,
                     ts=time.time(),
                     reason=INTERRUPTED,
+                    status="interrupted",
                 )
                 db.add(_event_row(stopped))
             await db.execute(

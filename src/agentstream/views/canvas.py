@@ -203,8 +203,12 @@ class CanvasView:
                     if self._redacted(block_id):
                         failed["error"] = policy.redact(error)
                 return "execution:error", failed
-            case WorkflowCancelled(reason=reason):
+            case WorkflowCancelled(reason=reason, status="cancelled"):
                 return "execution:cancelled", {"reason": reason}
+            case WorkflowCancelled(reason=reason):
+                # A timeout or the server stopping is not somebody's cancel: spec 000 keeps
+                # cancel distinct from the execution timeout.
+                return "execution:error", {"error": reason}
             case _:
                 raise TypeError(f"No canvas frame rule for {type(event).__name__}")
 

@@ -48,6 +48,7 @@ from agentstream.workflows.events import (
     BlockSkipped,
     BlockStarted,
     BlockTool,
+    Stopped,
     WorkflowCancelled,
     WorkflowComplete,
     WorkflowError,
@@ -139,14 +140,16 @@ class Execution:
         self._failure: tuple[str, str] | None = None
         """The block that short-circuited the execution, and its error."""
         self._scope = anyio.CancelScope()
-        self._cancel_reason: str | None = None
+        self._stop: tuple[str, Stopped] | None = None
+        """Why and by whom the execution was stopped: the first ``cancel()`` wins."""
         self._seq = 0
         self._lock = anyio.Lock(fast_acquire=True)
         self._started = False
 
-    def cancel(self, reason: str = "Execution cancelled") -> None:
-        """Stop every running block; the execution ends with ``workflow_cancelled``."""
-        self._cancel_reason = self._cancel_reason or reason
+    def cancel(self, reason: str = "Execution cancelled", status: Stopped = "cancelled") -> None:
+        """Stop every running block; the execution ends with ``workflow_cancelled`` carrying
+        ``reason`` and ``status`` (a cancel, a timeout or the server stopping)."""
+        self._stop = self._stop or (reason, status)
         self._scope.cancel()
 
     async def run(self, inputs: Any = None) -> ExecutionResult:
@@ -185,8 +188,8 @@ class Execution:
         return ExecutionResult("completed", result=result)
 
     async def _cancelled(self) -> ExecutionResult:
-        reason = self._cancel_reason or "Execution cancelled"
-        await self._emit(WorkflowCancelled, reason=reason)
+        reason, status = self._stop or ("Execution cancelled", "cancelled")
+        await self._emit(WorkflowCancelled, reason=reason, status=status)
         return ExecutionResult("cancelled", error=reason)
 
     async def _run_block(self, group: TaskGroup, block_id: str, inputs: Any) -> None:

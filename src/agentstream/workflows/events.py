@@ -26,6 +26,7 @@ __all__ = [
     "BlockSkipped",
     "BlockStarted",
     "BlockTool",
+    "Stopped",
     "WorkflowCancelled",
     "WorkflowComplete",
     "WorkflowError",
@@ -199,13 +200,20 @@ class WorkflowError(WorkflowEventBase):
     """The failing block that short-circuited the execution, if one did."""
 
 
+Stopped = Literal["cancelled", "timeout", "interrupted"]
+"""Why an execution ended before its blocks did."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowCancelled(WorkflowEventBase):
-    """The execution was cancelled; every running block was stopped. A terminal event."""
+    """The execution was stopped before it ended; every running block was stopped. A
+    terminal event."""
 
     type: Literal["workflow_cancelled"] = "workflow_cancelled"
     reason: str
     """Why, for a person (e.g. "Client cancelled request")."""
+    status: Stopped = "cancelled"
+    """Who stopped it: a cancel, the execution's timeout, or the server stopping."""
 
 
 WorkflowEvent = Annotated[
