@@ -304,12 +304,19 @@ blocks:
   - id: greet
     type: template
     template: "Hello <start.input>"
+  - id: oops
+    type: template
+    template: "Sorry"
 edges:
   - {from: start, to: greet}
+  - from: greet
+    to: oops
+    on: error
 """,
         encoding="utf-8",
     )
     from_yaml = load_workflow(tmp_path / "flow.yaml")
+    assert from_yaml.edges[1].on == "error"  # YAML 1.1 would read the key `on` as True
     (tmp_path / "flow.json").write_text(
         json.dumps(from_yaml.model_dump(mode="json", by_alias=True)), encoding="utf-8"
     )

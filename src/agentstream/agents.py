@@ -6,17 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
+    ValidationError,
     field_validator,
     model_validator,
 )
 
 from agentstream.deployments import DeploymentCreate, reject_null
+from agentstream.yamlfile import YamlFile, read_yaml
 
 __all__ = ["AgentId", "AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
 
@@ -99,9 +101,20 @@ class Definitions(BaseModel):
     workflows: list[dict[str, Any]] = Field(default_factory=list)
     """Workflow definitions, validated when the server applies them (``parse_workflow``:
     a workflow's blocks refer to agents, so they are checked after the agents are in)."""
+    _source: YamlFile | None = PrivateAttr(default=None)
+
+    def where(self, loc: tuple[str | int, ...]) -> str:
+        """``file:line`` of the declaration at ``loc``, to name it in an error."""
+        return self._source.where(loc) if self._source is not None else "definitions"
 
 
 def load_definitions(path: Path) -> Definitions:
-    """Agents and deployments from a YAML file (``agents:`` and ``deployments:`` lists)."""
-    document: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return Definitions.model_validate(document)
+    """Agents, deployments and workflows from a YAML file; a mistake is a ``ConfigError``
+    naming the file and line."""
+    source = read_yaml(path)
+    try:
+        definitions = Definitions.model_validate({} if source.data is None else source.data)
+    except ValidationError as exc:
+        raise source.invalid(exc) from None
+    definitions._source = source
+    return definitions

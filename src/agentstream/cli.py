@@ -25,7 +25,7 @@ from rich.text import Text
 
 from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
 from agentstream.config import Settings
-from agentstream.errors import APIStatusError, ClientError
+from agentstream.errors import APIStatusError, ClientError, ConfigError
 from agentstream.views import native
 from agentstream.views.native import NativeFrame
 
@@ -228,7 +228,7 @@ def serve(
     import uvicorn
     from uvicorn.logging import DefaultFormatter
 
-    from agentstream.server import create_app
+    from agentstream.server import check_config, create_app
 
     settings = _settings(
         host=host,
@@ -238,6 +238,10 @@ def serve(
         database_url=database_url,
         agents_file=agents,
     )
+    try:
+        check_config(settings)
+    except ConfigError as exc:
+        _fail(str(exc))
     logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
     if not logger.handlers:
         handler = logging.StreamHandler()

@@ -8,6 +8,7 @@ AgentstreamError
 │   ├── Conflict         409: valid, but not now (e.g. the session is busy)
 │   ├── ModelUnavailable 503: the agent's model cannot run here (e.g. its key is not set)
 │   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
+├── ConfigError          the configuration is wrong: one line, naming the file and line
 ├── RunError             a run could not produce an answer
 │   ├── MaxStepsExceeded the agent kept calling tools past its step limit
 │   └── ProviderError    the model provider failed: kind, status_code, body, headers
@@ -27,6 +28,7 @@ __all__ = [
     "AccessDenied",
     "AgentstreamError",
     "ClientError",
+    "ConfigError",
     "Conflict",
     "Forbidden",
     "MaxStepsExceeded",
@@ -94,6 +96,11 @@ class ModelUnavailable(UserError):
 class Conflict(UserError):
     status_code = 409
     code = "conflict"
+
+
+class ConfigError(AgentstreamError):
+    """The server cannot start as configured. The message is one line for a person, with
+    the file and line where there is one (``agents.yaml:12: agents[0].model: ...``)."""
 
 
 class RunError(AgentstreamError):

@@ -49,7 +49,7 @@ from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
 from agentstream.store.store import StoredAgent
 
-__all__ = ["RunManager", "StartedRun"]
+__all__ = ["RunManager", "StartedRun", "check_agent"]
 
 logger = logging.getLogger(__name__)
 
@@ -308,16 +308,7 @@ class RunManager:
 
     def check_agent(self, spec: AgentSpec) -> None:
         """Refuse an agent whose model or tools this server does not have."""
-        if spec.model not in self.models:
-            known = ", ".join(self.models.names())
-            raise UserError(
-                f"Unknown model {spec.model!r}; known: {known} (GET /api/models)", field="model"
-            )
-        if unknown := [name for name in spec.tools if name not in self.tools]:
-            available = ", ".join(self.tools.names())
-            raise UserError(f"Unknown tools {unknown}; available: {available}", field="tools")
-        if spec.knowledge_bases and self.knowledge is None:
-            raise UserError("This server has no knowledge bases", field="knowledge_bases")
+        check_agent(spec, self.models, self.tools, knowledge=self.knowledge is not None)
 
     async def forget_session(self, session_id: str) -> bool:
         """Delete a session with its runs; holds the session meanwhile, so no run starts in
@@ -448,3 +439,21 @@ class _Outcome:
 
 def _internal(run_id: str) -> str:
     return f"Internal error; the server log has the details of run {run_id}"
+
+
+def check_agent(
+    spec: AgentSpec, models: ModelRegistry, tools: ToolRegistry, *, knowledge: bool = True
+) -> None:
+    """Refuse an agent whose model or tools are not in the registries (``UserError`` naming
+    the field)."""
+    if spec.model not in models:
+        known = ", ".join(models.names())
+        raise UserError(
+            f"Unknown model {spec.model!r}; known: {known} (GET /api/models)", field="model"
+        )
+    if unknown := [name for name in spec.tools if name not in tools]:
+        raise UserError(
+            f"Unknown tools {unknown}; available: {', '.join(tools.names())}", field="tools"
+        )
+    if spec.knowledge_bases and not knowledge:
+        raise UserError("This server has no knowledge bases", field="knowledge_bases")

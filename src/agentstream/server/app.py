@@ -13,9 +13,8 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from agentstream.agents import AgentSpec, Definitions, load_definitions
+from agentstream.agents import AgentSpec
 from agentstream.config import Settings, write_private
-from agentstream.deployments import DeploymentSettings, hash_password
 from agentstream.errors import NotFound
 from agentstream.knowledge.embedding import MiniLM
 from agentstream.knowledge.service import Knowledge
@@ -31,7 +30,7 @@ from agentstream.server.agents import router as agents_router
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
 from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
-from agentstream.server.deployments import deploy
+from agentstream.server.definitions import apply_declared, declared
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
@@ -49,14 +48,12 @@ from agentstream.workflows import (
     RuntimeOrchestrationRunner,
     SafeHttpClient,
     WorkflowEngine,
-    parse_workflow,
 )
 
-__all__ = ["create_app"]
+__all__ = ["check_config", "create_app"]
 
 logger = logging.getLogger("agentstream")
 
-DEMO_DEFINITIONS = Path(str(files("agentstream.demo").joinpath("agents.yaml")))
 WEB = Path(str(files("agentstream.web")))
 
 
@@ -73,20 +70,18 @@ def create_app(
     file; ``email_sender`` delivers chat sign-in codes (default: to the server log);
     ``functions`` are the Python callables workflow function blocks may call, by name."""
     settings = settings or Settings()
-    tool_registry = ToolRegistry([*BUILTIN_TOOLS, *tools])
-    model_registry = ModelRegistry(
-        load_catalog(settings.models_file),
-        options=ClientOptions(
-            max_retries=settings.provider_max_retries,
-            timeout=settings.provider_timeout_seconds,
-            offline_token_delay=settings.token_delay,
-        ),
-        custom=models,
-    )
+    model_registry, tool_registry = _registries(settings, models, tools)
     extra_agents = list(agents)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        definitions = declared(
+            settings,
+            model_registry,
+            tool_registry,
+            functions=(functions or {}).keys(),
+            extra=extra_agents,
+        )
         store = await Store.open(settings.database)
         try:
             if interrupted := await store.interrupt_unfinished_runs():
@@ -134,7 +129,7 @@ def create_app(
                     workflows=workflows,
                     executions=executions,
                 )
-                await _define_all(services, settings, extra_agents)
+                await apply_declared(services, definitions)
                 await manager.resume_decided()
                 if settings.demo:
                     await _demo_key(store, settings)
@@ -180,6 +175,30 @@ def create_app(
     return app
 
 
+def check_config(settings: Settings) -> None:
+    """What ``create_app(settings)`` would refuse at start-up, checked before serving:
+    ``ConfigError`` with one readable line."""
+    models, tools = _registries(settings, (), ())
+    declared(settings, models, tools, functions=())
+
+
+def _registries(
+    settings: Settings, models: Iterable[Model], tools: Iterable[Tool]
+) -> tuple[ModelRegistry, ToolRegistry]:
+    """The models and tools this server offers: the built-ins and the catalog, plus
+    ``models`` and ``tools``."""
+    model_registry = ModelRegistry(
+        load_catalog(settings.models_file),
+        options=ClientOptions(
+            max_retries=settings.provider_max_retries,
+            timeout=settings.provider_timeout_seconds,
+            offline_token_delay=settings.token_delay,
+        ),
+        custom=models,
+    )
+    return model_registry, ToolRegistry([*BUILTIN_TOOLS, *tools])
+
+
 def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
     """How agent blocks find the agent they name: its current version."""
 
@@ -190,54 +209,6 @@ def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
         return stored.spec
 
     return find
-
-
-async def _define_all(services: Services, settings: Settings, extra: list[AgentSpec]) -> None:
-    """The demo's definitions are created once and then left to the user's changes; the
-    agents file is the source of truth for what it declares and is applied at each start."""
-    if settings.demo:
-        await _define(services, load_definitions(DEMO_DEFINITIONS), replace=False)
-    declared = load_definitions(settings.agents_file) if settings.agents_file else Definitions()
-    declared = declared.model_copy(update={"agents": declared.agents + extra})
-    await _define(services, declared, replace=True)
-
-
-async def _define(services: Services, definitions: Definitions, *, replace: bool) -> None:
-    """Create what is declared; with ``replace``, also bring what exists in line (saying so)."""
-    store = services.store
-    for spec in definitions.agents:
-        services.runs.check_agent(spec)
-        await services.knowledge.check_bases(spec.knowledge_bases)
-        existing = await store.get_agent(spec.id)
-        if existing is None or (replace and existing.spec != spec):
-            if existing is not None:
-                logger.warning("Agent %r updated from the agents file", spec.id)
-            await store.put_agent(spec)
-    for data in definitions.workflows:
-        workflow = parse_workflow(data, functions=services.executions.engine.functions)
-        existing_workflow = await services.workflows.get_workflow(workflow.id)
-        if existing_workflow is not None and not (
-            replace and existing_workflow.workflow != workflow
-        ):
-            continue
-        if existing_workflow is not None:
-            logger.warning("Workflow %r updated from the agents file", workflow.id)
-        await services.workflows.put_workflow(workflow)
-    for declared in definitions.deployments:
-        existing_deployment = await store.get_deployment(declared.slug)
-        settings = DeploymentSettings.model_validate(declared.model_dump(exclude={"password"}))
-        if existing_deployment is not None and not (
-            replace and existing_deployment.settings != settings
-        ):
-            continue
-        if existing_deployment is not None:
-            logger.warning("Chat deployment %r updated from the agents file", declared.slug)
-        password_hash = (
-            hash_password(declared.password)
-            if declared.password
-            else (existing_deployment.password_hash if existing_deployment else None)
-        )
-        await deploy(services, settings, password_hash)
 
 
 async def _demo_key(store: Store, settings: Settings) -> None:

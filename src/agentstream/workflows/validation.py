@@ -12,7 +12,6 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
@@ -31,6 +30,7 @@ from agentstream.workflows.expressions import ExpressionError, parse_expression
 from agentstream.workflows.graph import Graph
 from agentstream.workflows.references import Reference, find_references
 from agentstream.workflows.runners import needs_a_run
+from agentstream.yamlfile import read_yaml
 
 __all__ = ["check_workflow", "load_workflow", "parse_workflow"]
 
@@ -55,8 +55,10 @@ def parse_workflow(data: Any, *, functions: Collection[str] | None = None) -> Wo
 
 def load_workflow(path: Path, *, functions: Collection[str] | None = None) -> Workflow:
     """A valid workflow from a ``.json`` file, or a YAML one."""
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if path.suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        data = read_yaml(path).data
     return parse_workflow(data, functions=functions)
 
 
