@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentstream.agents import AgentSpec
 from agentstream.deployments import DeploymentSettings
-from agentstream.events import BaseEvent, Event, EventAdapter, Usage
+from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -39,6 +40,7 @@ from agentstream.store.tables import (
 )
 
 __all__ = [
+    "INTERRUPTED",
     "ApprovalRecord",
     "DeployedWorkflow",
     "PausedRun",
@@ -49,6 +51,9 @@ __all__ = [
 ]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
+
+INTERRUPTED = "The server stopped during the run"
+"""Why a run that the server's stopping cut off ended (in good order or by a crash)."""
 
 
 def _digest(key: str) -> str:
@@ -507,16 +512,35 @@ class Store:
         return found or 0
 
     async def interrupt_unfinished_runs(self) -> int:
-        """Runs left ``running`` by a crash can never finish: say so."""
+        """Runs left ``running`` by a crash can never finish: say so, in the record and
+        with the terminal event a server stopping in good order would have written. Runs
+        waiting for approval are not running: they stay paused."""
+        last_seqs = (
+            select(RunRow.id, func.max(RunEventRow.seq))
+            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
+            .where(RunRow.status == "running")
+            .group_by(RunRow.id)
+        )
         async with self.db.write() as db:
-            result = await db.execute(
-                update(RunRow)
-                .where(RunRow.status == "running")
-                .values(
-                    status="interrupted", error="Server stopped during the run", finished_at=now()
+            unfinished = (await db.execute(last_seqs)).all()
+            db.add_all(
+                _event_row(
+                    RunFailed(
+                        run_id=run_id,
+                        seq=(last_seq or 0) + 1,
+                        ts=time.time(),
+                        status="interrupted",
+                        message=INTERRUPTED,
+                    )
                 )
+                for run_id, last_seq in unfinished
             )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+            await db.execute(
+                update(RunRow)
+                .where(RunRow.id.in_([run_id for run_id, _ in unfinished]))
+                .values(status="interrupted", error=INTERRUPTED, finished_at=now())
+            )
+        return len(unfinished)
 
 
 def _event_row(event: BaseEvent) -> RunEventRow:
