@@ -282,7 +282,7 @@ def crashable_server(
         )
         uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     process = subprocess.Popen([sys.executable, "-c", program], env=env)
 
     def crash() -> None:

@@ -225,10 +225,10 @@ def serve(
     ] = None,
 ) -> None:
     """Run the server. Flags override AGENTSTREAM_* environment variables."""
-    import uvicorn
     from uvicorn.logging import DefaultFormatter
 
     from agentstream.server import create_app
+    from agentstream.server.serving import ServeRefused, claim, run
 
     settings = _settings(
         host=host,
@@ -249,8 +249,14 @@ def serve(
     if settings.demo:
         chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
         lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
-    Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    try:
+        with claim(settings) as listener:  # before the app touches any data
+            Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
+            started = run(create_app(settings), settings, listener)
+    except ServeRefused as exc:
+        _fail(str(exc))
+    if not started:
+        raise typer.Exit(3)
 
 
 @app.command()

@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agentstream.datadir import open_private, private_directory
+
 __all__ = ["Settings", "write_private"]
 
 
@@ -66,19 +68,22 @@ class Settings(BaseSettings):
     def demo_key_file(self) -> Path:
         return self.data_dir / "demo-key"
 
+    @property
+    def secret_key_file(self) -> Path:
+        return self.data_dir / "secret-key"
+
     def secret(self) -> bytes:
         """The signing key: configured, or made once and kept in the data directory."""
         if self.secret_key:
             return self.secret_key.encode()
-        path = self.data_dir / "secret-key"
+        path = self.secret_key_file
         if not path.exists():
             write_private(path, secrets.token_urlsafe(32))
         return path.read_text().strip().encode()
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read, from the first byte (no chmod afterwards)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
+    """Write a file only its owner can read, from the first byte, in a private directory."""
+    private_directory(path.parent)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w") as file:
         file.write(text + "\n")

@@ -8,6 +8,7 @@ never come here.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentstream.agents import AgentSpec
+from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
 from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
 from agentstream.providers.base import Message, RequestedToolCall
@@ -143,7 +145,7 @@ class Store:
         """Connect and bring the schema to the latest migration."""
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_database(Path(parsed.database))
         engine = create_async_engine(url)
         if parsed.get_backend_name() == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -555,6 +557,14 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def _private_database(path: Path) -> None:
+    """SQLite makes its ``-wal`` and ``-shm`` files with the database file's mode, so a
+    database file created private before SQLite opens it keeps them private too."""
+    os.close(open_private(path))
+    for companion in ("-wal", "-shm"):
+        make_private(path.with_name(path.name + companion))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
