@@ -25,7 +25,7 @@ from rich.text import Text
 
 from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
 from agentstream.config import Settings
-from agentstream.errors import APIStatusError, ClientError
+from agentstream.errors import APIStatusError, ClientError, ServeRefused
 from agentstream.views import native
 from agentstream.views.native import NativeFrame
 
@@ -228,7 +228,7 @@ def serve(
     from uvicorn.logging import DefaultFormatter
 
     from agentstream.server import create_app
-    from agentstream.server.serving import ServeRefused, claim, run
+    from agentstream.server.serving import claim, run
 
     settings = _settings(
         host=host,

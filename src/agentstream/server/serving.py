@@ -5,7 +5,6 @@ binds its port, so a second server started on a taken port used to change the fi
 data before failing. Here a server first takes what it must own: its listening socket, then,
 on SQLite, its database, with an exclusive lock that names the owner to whoever finds it
 taken. Only then does the app start. (PostgreSQL is shared by design: no lock there.)
-
 """
 
 from __future__ import annotations
@@ -19,28 +18,24 @@ from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 import uvicorn
-from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp
 
 from agentstream.config import Settings
 from agentstream.datadir import open_private
-from agentstream.errors import AgentstreamError
+from agentstream.errors import ServeRefused
+from agentstream.store.store import sqlite_file
 
-__all__ = ["ServeRefused", "claim", "run"]
-
-
-class ServeRefused(AgentstreamError):
-    """The server cannot start: its port is taken, or another process owns its database."""
+__all__ = ["claim", "run"]
 
 
 @contextmanager
 def claim(settings: Settings) -> Iterator[socket.socket]:
     """What the server must own before its app starts: the listening socket (yielded) and,
     on SQLite, the database. ``ServeRefused`` (one line, naming the other owner) if either
-    is taken; nothing in the data directory has been read or changed by then."""
+    is taken; by then nothing else in the data directory has been read or changed."""
     with ExitStack() as owned:
         listener = owned.enter_context(closing(_listen(settings.host, settings.port)))
-        database = _sqlite_file(settings.database)
+        database = sqlite_file(settings.database)
         if database is not None:
             owned.enter_context(_lock(database, address=_url(listener)))
         yield listener
@@ -74,13 +69,6 @@ def _listen(host: str, port: int) -> socket.socket:
         raise ServeRefused(f"Cannot listen on {host}:{port}: {reason}") from None
     listener.set_inheritable(True)
     return listener
-
-
-def _sqlite_file(url: str) -> Path | None:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
 
 
 @contextmanager

@@ -50,6 +50,7 @@ __all__ = [
     "Store",
     "StoredAgent",
     "StoredDeployment",
+    "sqlite_file",
 ]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
@@ -143,11 +144,10 @@ class Store:
     @classmethod
     async def open(cls, url: str) -> Store:
         """Connect and bring the schema to the latest migration."""
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            _private_database(Path(parsed.database))
+        if (database := sqlite_file(url)) is not None:
+            _private_database(database)
         engine = create_async_engine(url)
-        if parsed.get_backend_name() == "sqlite":
+        if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         async with engine.begin() as connection:
             await connection.run_sync(_upgrade)
@@ -557,6 +557,14 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL; None for another database, or one in memory."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def _private_database(path: Path) -> None:
