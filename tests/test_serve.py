@@ -189,3 +189,42 @@ def _modes(directory: Path) -> dict[str, int]:
         ".": stat.S_IMODE(directory.stat().st_mode),
         **{path.name: stat.S_IMODE(path.stat().st_mode) for path in directory.iterdir()},
     }
+
+
+def guesses(url: str, addresses: list[str]) -> list[int]:
+    """One wrong password from each address, as X-Forwarded-For says; the statuses."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        return [
+            client.post(
+                "/api/chat/secret",
+                json={"password": "guess"},
+                headers={"X-Forwarded-For": address},
+            ).status_code
+            for address in addresses
+        ]
+
+
+def password_chat(tmp_path: Path, *flags: str) -> tuple[list[str], str]:
+    """``agentstream serve`` with a password-protected chat: the command and its URL."""
+    definitions = tmp_path / "agents.yaml"
+    definitions.write_text(
+        "deployments:\n"
+        "  - {slug: secret, agent_id: demo, access: password, password: correct horse}\n"
+    )
+    port = free_port()
+    command = [*SERVE, "--data-dir", str(tmp_path), "--port", str(port)]
+    return [*command, "--agents", str(definitions), *flags], f"http://127.0.0.1:{port}"
+
+
+def test_a_client_cannot_pick_its_address_with_x_forwarded_for(tmp_path: Path) -> None:
+    command, url = password_chat(tmp_path)
+    with running(command):
+        statuses = guesses(url, [f"203.0.113.{n}" for n in range(11)])
+    assert statuses == [401] * 10 + [429], "all from this one connection's address"
+
+
+def test_the_address_a_trusted_proxy_forwards_is_the_clients(tmp_path: Path) -> None:
+    command, url = password_chat(tmp_path, "--trusted-proxies", "127.0.0.0/8")
+    with running(command):
+        statuses = guesses(url, ["203.0.113.1"] * 11 + ["203.0.113.2"])
+    assert statuses == [401] * 10 + [429, 401], "each client behind the proxy has its own limit"

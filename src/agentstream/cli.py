@@ -223,6 +223,13 @@ def serve(
     agents: Annotated[
         Path | None, typer.Option(help="YAML file of agents.", exists=True, dir_okay=False)
     ] = None,
+    trusted_proxies: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated addresses or networks of reverse proxies whose"
+            " X-Forwarded-For is believed. Default: none."
+        ),
+    ] = None,
 ) -> None:
     """Run the server. Flags override AGENTSTREAM_* environment variables."""
     from uvicorn.logging import DefaultFormatter
@@ -237,6 +244,7 @@ def serve(
         data_dir=data_dir,
         database_url=database_url,
         agents_file=agents,
+        trusted_proxies=trusted_proxies,
     )
     logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
     if not logger.handlers:

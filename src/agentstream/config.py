@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import secrets
+from ipaddress import ip_network
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentstream.datadir import open_private, private_directory
 
@@ -19,6 +21,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 3000
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Addresses or networks of the reverse proxies whose ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` are believed (comma-separated in the environment). Default: none,
+    so the client address is the connection's, whatever a client claims."""
     data_dir: Path = Path(".agentstream")
     """Where the SQLite database and the demo key live."""
     database_url: str | None = None
@@ -53,6 +59,16 @@ class Settings(BaseSettings):
     """Timeout of one provider request, as the provider's SDK applies it."""
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: object) -> object:
+        """Each entry an address or a network (``10.0.0.0/8``), written as uvicorn reads it."""
+        if isinstance(value, str):
+            value = [entry.strip() for entry in value.split(",") if entry.strip()]
+        if isinstance(value, list):
+            return [str(ip_network(str(entry), strict=False)) for entry in value]
+        return value
 
     @property
     def database(self) -> str:

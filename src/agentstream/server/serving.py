@@ -5,6 +5,9 @@ binds its port, so a second server started on a taken port used to change the fi
 data before failing. Here a server first takes what it must own: its listening socket, then,
 on SQLite, its database, with an exclusive lock that names the owner to whoever finds it
 taken. Only then does the app start. (PostgreSQL is shared by design: no lock there.)
+
+Forwarded headers (``X-Forwarded-For``, ``X-Forwarded-Proto``) are believed only from the
+configured proxies, so no client can pick the address its limits are counted by.
 """
 
 from __future__ import annotations
@@ -44,8 +47,14 @@ def claim(settings: Settings) -> Iterator[socket.socket]:
 def run(app: ASGIApp, settings: Settings, listener: socket.socket) -> bool:
     """Serve ``app`` on a socket from ``claim`` until told to stop. False if the app failed
     to start (uvicorn has logged why)."""
+    proxies = settings.trusted_proxies
     config = uvicorn.Config(
-        app, host=settings.host, port=listener.getsockname()[1], log_level="info"
+        app,
+        host=settings.host,
+        port=listener.getsockname()[1],
+        log_level="info",
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
     )
     server = uvicorn.Server(config)
     server.run(sockets=[listener])
