@@ -256,10 +256,13 @@ def page() -> Iterator[Any]:
 
 
 @contextmanager
-def crashable_server(data_dir: Path) -> Iterator[tuple[LiveServer, Callable[[], None]]]:
+def crashable_server(
+    data_dir: Path, database_url: str | None = None
+) -> Iterator[tuple[LiveServer, Callable[[], None]]]:
     """The demo server in a process of its own, with the ``waiter`` agent (its tool waits
     30 s), and a function that kills it with SIGKILL: a crash, for restart tests."""
     port = free_port()
+    settings = make_settings(data_dir, database_url=database_url)
     program = textwrap.dedent(f"""
         import uvicorn
         from pathlib import Path
@@ -270,14 +273,16 @@ def crashable_server(data_dir: Path) -> Iterator[tuple[LiveServer, Callable[[], 
         from agentstream.server import create_app
         from conftest import call_wait_then_answer, wait
         app = create_app(
-            Settings(data_dir=Path({str(data_dir)!r}), demo=True),
+            Settings(
+                data_dir=Path({str(data_dir)!r}), database_url={database_url!r}, demo=True
+            ),
             tools=[Tool.from_function(wait)],
             models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
             agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
         )
         uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     process = subprocess.Popen([sys.executable, "-c", program], env=env)
 
     def crash() -> None:
@@ -288,7 +293,7 @@ def crashable_server(data_dir: Path) -> Iterator[tuple[LiveServer, Callable[[], 
         url = f"http://127.0.0.1:{port}"
         wait_until_up(url)
         key = (data_dir / "demo-key").read_text().strip()
-        yield LiveServer(url=url, key=key, settings=make_settings(data_dir)), crash
+        yield LiveServer(url=url, key=key, settings=settings), crash
     finally:
         process.kill()
         process.wait(10)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from agentstream.agents import AgentSpec
@@ -196,29 +196,98 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
     assert resumed == [e for e in persisted if int(e.id or 0) > 2]
 
 
-def test_runs_cut_off_by_a_crash_are_marked_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    database_url = request.getfixturevalue("postgres_url") if store == "postgresql" else None
     with (
-        crashable_server(tmp_path) as (crashed, crash),
+        crashable_server(tmp_path, database_url) as (crashed, crash),
         crashed.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,
     ):
         decoder = SSEDecoder()
+        seen: list[dict[str, Any]] = []
         for chunk in response.iter_bytes():
-            frames = [e.json() for e in decoder.feed(chunk)]
-            if any(f["event"] == "tool_call" for f in frames):
+            seen += [e.json() for e in decoder.feed(chunk)]
+            if any(frame["event"] == "tool_call" for frame in seen):
                 break
         crash()
+    run_id = seen[0]["run_id"]
 
-    with serve(make_settings(tmp_path)) as restarted, restarted.client() as client:
-        runs = [client.get(f"/api/agents/runs/{run_id}").json() for run_id in _run_ids(tmp_path)]
-    assert [(r["status"], r["error"]) for r in runs] == [
-        ("interrupted", "Server stopped during the run")
+    with serve(crashed.settings) as restarted, restarted.client() as client:
+        run = client.get(f"/api/agents/runs/{run_id}").json()
+        replay = read_events(client.get(f"/api/agents/runs/{run_id}/stream"))
+        last_seen = run["events"][-2]["seq"]  # the tool call, the last event before the crash
+        resumed = client.get(
+            f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(last_seen)}
+        )
+        done = client.get(
+            f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(last_seen + 1)}
+        )
+
+    stopped = "The server stopped during the run"
+    terminal = {"event": "error", "status": "interrupted", "message": stopped}
+    assert (run["status"], run["error"]) == ("interrupted", stopped)
+    assert run["events"][-2]["event"] == "tool_call"
+    assert run["events"][-1] == {"seq": last_seen + 1, **terminal}
+    assert [e.json() for e in replay][-1] == terminal
+    assert [e.json()["event"] for e in replay].count("error") == 1
+    assert [(e.id, e.json()) for e in SSEDecoder().feed(resumed.content)] == [
+        (str(last_seen + 1), terminal)
     ]
+    assert done.status_code == 204, "after the terminal event there is nothing more"
 
 
-def _run_ids(data_dir: Path) -> list[str]:
-    with closing(sqlite3.connect(data_dir / "agentstream.db")) as db:
-        return [row[0] for row in db.execute("select id from runs")]
+def test_stopping_the_server_ends_its_live_runs_and_keeps_paused_ones(tmp_path: Path) -> None:
+    """A run going when the server stops in good order ends with its terminal event; a run
+    waiting for approval is not going: it stays paused across the restart."""
+    started = threading.Event()
+
+    async def wait_for_the_stop() -> str:
+        started.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    guarded = AgentSpec(
+        id="guarded", model="scripted-wait", tools=["wait"], approval_required=["wait"]
+    )
+    app = {
+        "tools": [Tool.from_function(wait_for_the_stop, name="wait")],
+        "models": [ScriptedModel("scripted-wait", call_wait_then_answer)],
+        "agents": [guarded],
+    }
+    with serve(make_settings(tmp_path), **app) as live, live.client() as client:
+        _, going = stream_frames(live, "guarded", {"message": "go"})
+        _, paused = stream_frames(live, "guarded", {"message": "go"})
+        approved = client.post(
+            f"/api/agents/runs/{going[0]['run_id']}/approve",
+            json={"tool_call_id": going[-1]["tool_call_id"]},
+        )
+        assert approved.json()["status"] == "running"
+        assert started.wait(10), "the approved call runs, with no viewer"
+
+    with serve(make_settings(tmp_path), **app) as restarted, restarted.client() as client:
+        stopped = client.get(f"/api/agents/runs/{going[0]['run_id']}").json()
+        waiting = client.get(f"/api/agents/runs/{paused[0]['run_id']}").json()
+        replay = read_events(client.get(f"/api/agents/runs/{going[0]['run_id']}/stream"))
+
+    message = "The server stopped during the run"
+    assert (stopped["status"], stopped["error"]) == ("interrupted", message)
+    assert [e.json() for e in replay][-2:] == [
+        {
+            "event": "tool_result",
+            "tool_call_id": going[-1]["tool_call_id"],
+            "tool_name": "wait",
+            "result": None,
+            "status": "cancelled",
+        },
+        {"event": "error", "status": "interrupted", "message": message},
+    ]
+    assert (waiting["status"], waiting["events"][-1]["event"]) == (
+        "awaiting_approval",
+        "approval_requested",
+    )
 
 
 def leaky(request: ModelRequest) -> list[ModelPart]:

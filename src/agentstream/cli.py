@@ -25,7 +25,7 @@ from rich.text import Text
 
 from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
 from agentstream.config import Settings
-from agentstream.errors import APIStatusError, ClientError, ConfigError
+from agentstream.errors import APIStatusError, ClientError, ConfigError, ServeRefused
 from agentstream.views import native
 from agentstream.views.native import NativeFrame
 
@@ -223,12 +223,19 @@ def serve(
     agents: Annotated[
         Path | None, typer.Option(help="YAML file of agents.", exists=True, dir_okay=False)
     ] = None,
+    trusted_proxies: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated addresses or networks of reverse proxies whose"
+            " X-Forwarded-For is believed. Default: none."
+        ),
+    ] = None,
 ) -> None:
     """Run the server. Flags override AGENTSTREAM_* environment variables."""
-    import uvicorn
     from uvicorn.logging import DefaultFormatter
 
     from agentstream.server import check_config, create_app
+    from agentstream.server.serving import claim, run
 
     settings = _settings(
         host=host,
@@ -237,6 +244,7 @@ def serve(
         data_dir=data_dir,
         database_url=database_url,
         agents_file=agents,
+        trusted_proxies=trusted_proxies,
     )
     try:
         check_config(settings)
@@ -253,8 +261,14 @@ def serve(
     if settings.demo:
         chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
         lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
-    Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    try:
+        with claim(settings) as listener:  # before the app touches any data
+            Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
+            started = run(create_app(settings), settings, listener)
+    except ServeRefused as exc:
+        _fail(str(exc))
+    if not started:
+        raise typer.Exit(3)
 
 
 @app.command()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import secrets
+from ipaddress import ip_network
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agentstream.datadir import open_private, private_directory
 
 __all__ = ["Settings", "write_private"]
 
@@ -17,6 +21,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 3000
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Addresses or networks of the reverse proxies whose ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` are believed (comma-separated in the environment). Default: none,
+    so the client address is the connection's, whatever a client claims."""
     data_dir: Path = Path(".agentstream")
     """Where the SQLite database and the demo key live."""
     database_url: str | None = None
@@ -52,6 +60,16 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
 
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: object) -> object:
+        """Each entry an address or a network (``10.0.0.0/8``), written as uvicorn reads it."""
+        if isinstance(value, str):
+            value = [entry.strip() for entry in value.split(",") if entry.strip()]
+        if isinstance(value, list):
+            return [str(ip_network(str(entry), strict=False)) for entry in value]
+        return value
+
     @property
     def database(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'agentstream.db'}"
@@ -66,19 +84,22 @@ class Settings(BaseSettings):
     def demo_key_file(self) -> Path:
         return self.data_dir / "demo-key"
 
+    @property
+    def secret_key_file(self) -> Path:
+        return self.data_dir / "secret-key"
+
     def secret(self) -> bytes:
         """The signing key: configured, or made once and kept in the data directory."""
         if self.secret_key:
             return self.secret_key.encode()
-        path = self.data_dir / "secret-key"
+        path = self.secret_key_file
         if not path.exists():
             write_private(path, secrets.token_urlsafe(32))
         return path.read_text().strip().encode()
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read, from the first byte (no chmod afterwards)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
+    """Write a file only its owner can read, from the first byte, in a private directory."""
+    private_directory(path.parent)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w") as file:
         file.write(text + "\n")

@@ -12,6 +12,7 @@ AgentstreamError
 ├── RunError             a run could not produce an answer
 │   ├── MaxStepsExceeded the agent kept calling tools past its step limit
 │   └── ProviderError    the model provider failed: kind, status_code, body, headers
+├── ServeRefused         a server cannot start: its port is taken, or another owns its data
 └── ClientError          the SDK (agentstream.client) got no usable answer
     ├── APIConnectionError   the server could not be reached, or dropped the connection
     └── APIStatusError       the server refused: status_code, message, body, headers
@@ -37,6 +38,7 @@ __all__ = [
     "ProviderError",
     "ProviderErrorKind",
     "RunError",
+    "ServeRefused",
     "TooManyAttempts",
     "UserError",
 ]
@@ -148,6 +150,10 @@ class ProviderError(RunError):
         self.status_code = status_code
         self.body = body
         self.headers = dict(headers or {})
+
+
+class ServeRefused(AgentstreamError):
+    """A server cannot start: its port is taken, or another process owns its database."""
 
 
 class ClientError(AgentstreamError):

@@ -47,7 +47,7 @@ from agentstream.runtime.context import RunContext
 from agentstream.runtime.orchestration import delegate_tools, resolve_entities
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
-from agentstream.store.store import StoredAgent
+from agentstream.store.store import INTERRUPTED, StoredAgent
 
 __all__ = ["RunManager", "StartedRun", "check_agent"]
 
@@ -280,7 +280,7 @@ class RunManager:
         self._live[run_id] = live
 
         async def execute() -> None:
-            outcome = _Outcome("interrupted", "The server stopped during the run")
+            outcome = _Outcome("interrupted", INTERRUPTED)
             try:
                 with live.scope:
                     with anyio.move_on_after(spec.timeout_seconds) as deadline:

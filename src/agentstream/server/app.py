@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from agentstream.agents import AgentSpec
 from agentstream.config import Settings, write_private
+from agentstream.datadir import make_private
 from agentstream.errors import NotFound
 from agentstream.knowledge.embedding import MiniLM
 from agentstream.knowledge.service import Knowledge
@@ -82,6 +83,8 @@ def create_app(
             functions=(functions or {}).keys(),
             extra=extra_agents,
         )
+        for path in (settings.data_dir, settings.secret_key_file, settings.demo_key_file):
+            make_private(path)  # an older version left them readable by others
         store = await Store.open(settings.database)
         try:
             if interrupted := await store.interrupt_unfinished_runs():

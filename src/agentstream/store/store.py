@@ -8,7 +8,9 @@ never come here.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,8 +24,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentstream.agents import AgentSpec
+from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
-from agentstream.events import BaseEvent, Event, EventAdapter, Usage
+from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -39,6 +42,7 @@ from agentstream.store.tables import (
 )
 
 __all__ = [
+    "INTERRUPTED",
     "ApprovalRecord",
     "DeployedWorkflow",
     "PausedRun",
@@ -46,9 +50,13 @@ __all__ = [
     "Store",
     "StoredAgent",
     "StoredDeployment",
+    "sqlite_file",
 ]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
+
+INTERRUPTED = "The server stopped during the run"
+"""Why a run that the server's stopping cut off ended (in good order or by a crash)."""
 
 
 def _digest(key: str) -> str:
@@ -136,11 +144,10 @@ class Store:
     @classmethod
     async def open(cls, url: str) -> Store:
         """Connect and bring the schema to the latest migration."""
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if (database := sqlite_file(url)) is not None:
+            _private_database(database)
         engine = create_async_engine(url)
-        if parsed.get_backend_name() == "sqlite":
+        if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         async with engine.begin() as connection:
             await connection.run_sync(_upgrade)
@@ -507,16 +514,35 @@ class Store:
         return found or 0
 
     async def interrupt_unfinished_runs(self) -> int:
-        """Runs left ``running`` by a crash can never finish: say so."""
+        """Runs left ``running`` by a crash can never finish: say so, in the record and
+        with the terminal event a server stopping in good order would have written. Runs
+        waiting for approval are not running: they stay paused."""
+        last_seqs = (
+            select(RunRow.id, func.max(RunEventRow.seq))
+            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
+            .where(RunRow.status == "running")
+            .group_by(RunRow.id)
+        )
         async with self.db.write() as db:
-            result = await db.execute(
-                update(RunRow)
-                .where(RunRow.status == "running")
-                .values(
-                    status="interrupted", error="Server stopped during the run", finished_at=now()
+            unfinished = (await db.execute(last_seqs)).all()
+            db.add_all(
+                _event_row(
+                    RunFailed(
+                        run_id=run_id,
+                        seq=(last_seq or 0) + 1,
+                        ts=time.time(),
+                        status="interrupted",
+                        message=INTERRUPTED,
+                    )
                 )
+                for run_id, last_seq in unfinished
             )
-        return int(result.rowcount)  # type: ignore[attr-defined]
+            await db.execute(
+                update(RunRow)
+                .where(RunRow.id.in_([run_id for run_id, _ in unfinished]))
+                .values(status="interrupted", error=INTERRUPTED, finished_at=now())
+            )
+        return len(unfinished)
 
 
 def _event_row(event: BaseEvent) -> RunEventRow:
@@ -531,6 +557,22 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL; None for another database, or one in memory."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _private_database(path: Path) -> None:
+    """SQLite makes its ``-wal`` and ``-shm`` files with the database file's mode, so a
+    database file created private before SQLite opens it keeps them private too."""
+    os.close(open_private(path))
+    for companion in ("-wal", "-shm"):
+        make_private(path.with_name(path.name + companion))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
