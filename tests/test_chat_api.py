@@ -212,6 +212,20 @@ def test_changing_the_password_signs_everyone_out(live: LiveServer) -> None:
         assert client.get(f"/api/chat/{slug}").json()["authenticated"] is False
 
 
+def test_a_malformed_access_cookie_is_no_cookie(live: LiveServer) -> None:
+    deploy(live, slug="cookie-pw", access="password", password="correct horse")
+    deploy(live, slug="cookie-mail", access="email", allowed_emails=["@example.com"])
+    for slug in ("cookie-pw", "cookie-mail"):
+        for token in (b".\xb2.x", b"." + b"9" * 5000 + b"." + b"a" * 64):
+            cookie = {"Cookie": b"agentstream_chat_" + slug.encode() + b"=" + token}
+            with httpx.Client(base_url=live.url, timeout=10, headers=cookie) as client:
+                info = client.get(f"/api/chat/{slug}")
+                message = client.post(f"/api/chat/{slug}", json={"input": "hi"})
+            assert (info.status_code, info.json()["authenticated"]) == (200, False)
+            assert message.status_code == 401
+            assert message.json()["error"]["code"] == "unauthorized"
+
+
 def test_email_access_with_a_one_time_code(live: LiveServer) -> None:
     slug = deploy(live, slug="invited", access="email", allowed_emails=["@example.com"])
     with httpx.Client(base_url=live.url, timeout=10) as client:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import time
 from collections import deque
@@ -99,6 +100,10 @@ class CodeBook:
         return False
 
 
+_TOKEN = re.compile(r"([A-Za-z0-9_-]*={0,2})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
+"""``base64(identity).expires.hmac``: an expiry in seconds since the epoch, a SHA-256 MAC."""
+
+
 class SessionSigner:
     """Signed, expiring proof that a client passed a deployment's access check.
 
@@ -116,13 +121,17 @@ class SessionSigner:
         return f"{encoded}.{expires}.{self._mac(slug, identity, binding, expires)}"
 
     def verify(self, token: str, slug: str, *, binding: str) -> str | None:
-        """The identity the token was signed for, or None if it is not valid here."""
-        try:
-            encoded, expires, mac = token.split(".")
-            identity = base64.urlsafe_b64decode(encoded).decode()
-        except ValueError:
+        """The identity the token was signed for, or None if it is not valid here. Any
+        string may arrive as a cookie: one that is not a token of ours is simply no token."""
+        parts = _TOKEN.fullmatch(token)
+        if parts is None:
             return None
-        if not expires.isdigit() or int(expires) < time.time():
+        encoded, expires, mac = parts.groups()
+        if int(expires) < time.time():
+            return None
+        try:
+            identity = base64.urlsafe_b64decode(encoded).decode()
+        except ValueError:  # binascii.Error and UnicodeDecodeError both are
             return None
         if not hmac.compare_digest(mac, self._mac(slug, identity, binding, expires)):
             return None
