@@ -328,6 +328,45 @@ def test_invalid_deployments(
     assert response.json()["error"]["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"workflow_id": "answer"}, "output_blocks"),
+        ({"output_blocks": ["reply"]}, "output_blocks"),
+        ({"agent_id": "demo", "workflow_id": "answer", "output_blocks": ["reply"]}, "workflow_id"),
+    ],
+)
+def test_updates_into_an_invalid_deployment_are_refused(
+    live: LiveServer, change: dict[str, Any], field: str
+) -> None:
+    with live.client() as client:
+        before = client.get("/api/chat-deployments/your-slug").json()
+        response = client.patch("/api/chat-deployments/your-slug", json=change)
+        after = client.get("/api/chat-deployments/your-slug").json()
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["field"] == field
+    assert after == before, "nothing changed"
+
+
+def test_new_deployments_name_the_field_at_fault(live: LiveServer) -> None:
+    with live.client() as client:
+        both = client.post(
+            "/api/chat-deployments",
+            json={"slug": "two", "agent_id": "demo", "workflow_id": "w", "output_blocks": ["b"]},
+        )
+        none = client.post("/api/chat-deployments", json={"slug": "zero"})
+        blocks = client.post(
+            "/api/chat-deployments",
+            json={"slug": "blocks", "agent_id": "demo", "output_blocks": ["b"]},
+        )
+    assert [(r.status_code, r.json()["error"]["field"]) for r in (both, none, blocks)] == [
+        (422, "workflow_id"),
+        (422, "workflow_id"),
+        (422, "output_blocks"),
+    ]
+
+
 def test_bad_chat_requests(live: LiveServer) -> None:
     with httpx.Client(base_url=live.url) as client:
         unknown = client.post("/api/chat/nowhere", json={"input": "hi"})
