@@ -157,6 +157,29 @@ def test_toggles_are_independent(live: LiveServer) -> None:
     assert "thinking" not in kinds(frames)
 
 
+def test_header_and_toggles_change_what_is_shown_not_what_the_agent_does(
+    live: LiveServer,
+) -> None:
+    deploy(live, slug="quiet")
+    stored = []
+    for slug, headers in (("your-slug", V1), ("your-slug", {}), ("quiet", V1), ("quiet", {})):
+        _, frames = chat(live, slug, {"input": "What is 3 * 4?"}, headers)
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{latest_run_id(live, 'demo')}").json()
+        stored.append(
+            (
+                [e["event"] for e in run["events"]],
+                [e["text"] for e in run["events"] if e["event"] == "reasoning"],
+                run["content"],
+            )
+        )
+        shown = "thinking" in kinds(frames)
+        assert shown == (slug == "your-slug" and headers == V1)
+    assert stored[0][1], "the demo agent reasons"
+    assert stored[0][2] == "The answer is 12."
+    assert stored == [stored[0]] * 4
+
+
 def test_conversation_continues_by_id(live: LiveServer) -> None:
     _, first = chat(live, "your-slug", {"input": "What is 5 * 5?"}, V1)
     conversation = first[-2]["data"]["conversationId"]

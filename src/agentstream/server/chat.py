@@ -262,8 +262,7 @@ async def _run_agent(
         agent,
         message,
         session_id="cnv_" + hashlib.sha256(session_key).hexdigest()[:36],
-        create_session=True,
-        reasoning=policy.thinking,
+        create_session=True,  # reasoning as the agent says: the view decides what is shown
         entities=deployment.entities,
     )
     view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
