@@ -303,6 +303,30 @@ def test_redaction_disables_live_text(live: LiveServer) -> None:
     assert "[EMAIL]" in thinking[0]["data"]
 
 
+def test_visitors_read_no_server_details_when_the_model_cannot_run(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with live.client() as admin:
+        admin.post("/api/agents", json={"id": "keyless", "model": "gpt-4o-mini"})
+        deployed = admin.post(
+            "/api/chat-deployments", json={"slug": "keyless", "agent_id": "keyless"}
+        ).json()
+        native = admin.post("/api/agents/keyless/run/stream", json={"message": "hi"})
+    detail = "Set OPENAI_API_KEY to use gpt-4o-mini (OpenAI)"
+    assert deployed["unavailable"] == detail
+    assert (native.status_code, native.json()["error"]["message"]) == (503, detail)
+    for headers in (V1, {}):
+        refused, _ = chat(live, "keyless", {"input": "hi"}, headers)
+        assert refused.status_code == 503
+        assert refused.json()["error"] == {
+            "code": "model_unavailable",
+            "message": "The assistant is unavailable right now.",
+            "field": None,
+        }
+    assert detail in caplog.text, "the detail is in the server log"
+
+
 def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
     slug = deploy(live, slug="slow", agent_id="waiter", includeToolCalls=True)
     with (

@@ -252,6 +252,23 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     assert "No chat deployment 'cli-chat'" in missing.output
 
 
+def test_deployments_set_warns_when_the_model_cannot_run(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with server.client() as client:
+        client.post("/api/agents", json={"id": "keyless", "model": "gpt-4o-mini"})
+    common = ["--url", server.url, "--key", server.key]
+    created = invoke("deployments", "set", "keyless", "--agent", "keyless", *common)
+    assert created.exit_code == 0, created.output
+    warnings = [line for line in created.output.splitlines() if line.startswith("⚠")]
+    assert warnings == [
+        "⚠ keyless cannot answer yet: Set OPENAI_API_KEY to use gpt-4o-mini (OpenAI)"
+    ]
+    fine = invoke("deployments", "set", "fine", "--agent", "demo", *common)
+    assert "⚠" not in fine.output
+
+
 def test_deploy_a_workflow(server: LiveServer) -> None:
     common = ["--url", server.url, "--key", server.key]
     args = ["deployments", "set", "cli-flow", "--workflow", "demo-parallel"]

@@ -454,6 +454,13 @@ def _print_deployments(deployments: list[dict[str, Any]], url: str) -> None:
         console.print(
             f"{item['deployment']['slug']}: {url.rstrip('/')}{item['url']}", soft_wrap=True
         )
+    for item in deployments:
+        if reason := item.get("unavailable"):
+            console.print(
+                f"⚠ {item['deployment']['slug']} cannot answer yet: {reason}",
+                style="yellow",
+                soft_wrap=True,
+            )
 
 
 @deployments_app.command("list")

@@ -5,11 +5,16 @@ execution; its output blocks answer).
 
 Access is the deployment's: public, password, email code or API key. The stream is the
 chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels.
+
+Visitors are not the operator: a refusal that is the server's problem (a model with no key,
+a pinned snapshot this server cannot run) reads generically here and goes to the log in
+full; the authenticated API keeps the details.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -20,7 +25,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.deployments import email_allowed, normalize_email, verify_password
-from agentstream.errors import AccessDenied, Forbidden, TooManyAttempts, UserError
+from agentstream.errors import (
+    AccessDenied,
+    Conflict,
+    Forbidden,
+    ModelUnavailable,
+    TooManyAttempts,
+    UserError,
+)
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.deployments import deployment_or_404
@@ -39,6 +51,16 @@ router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
 
 DONE = b'data: "[DONE]"\n\n'
+
+logger = logging.getLogger("agentstream.chat")
+
+UNAVAILABLE = "The assistant is unavailable right now."
+"""What a visitor reads when the deployment cannot run here; the reason goes to the log."""
+AWAITING_APPROVAL = (
+    "The answer to your last message is waiting for an approval. Try again once it has "
+    "been decided, or start a new conversation."
+)
+STILL_ANSWERING = "The answer to your last message is still coming; wait for it to finish."
 
 
 class ChatRequest(BaseModel):
@@ -229,13 +251,19 @@ async def _stream(
         outputs=tuple(settings.outputs),
     )
     conversation_id = conversation_id or uuid.uuid4().hex
-    next_chunk, cancel = (
-        await _run_agent(svc, deployment, target, message, conversation_id, policy)
-        if isinstance(target, StoredAgent)
-        else await _run_workflow(
-            svc, target, settings.output_blocks, message, conversation_id, policy
+    try:
+        next_chunk, cancel = (
+            await _run_agent(svc, deployment, target, message, conversation_id, policy)
+            if isinstance(target, StoredAgent)
+            else await _run_workflow(
+                svc, target, settings.output_blocks, message, conversation_id, policy
+            )
         )
-    )
+    except Conflict:
+        raise  # about the visitor's own conversation, in public words
+    except UserError as exc:
+        logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
+        raise ModelUnavailable(UNAVAILABLE) from None
     return EventStreamResponse(
         next_chunk,
         keepalive=svc.settings.keepalive_seconds,
@@ -258,13 +286,20 @@ async def _run_agent(
 ) -> Started:
     """A run of the agent in the conversation's session, so it remembers earlier turns."""
     session_key = f"{deployment.settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
-    run = await svc.runs.start(
-        agent,
-        message,
-        session_id="cnv_" + hashlib.sha256(session_key).hexdigest()[:36],
-        create_session=True,  # reasoning as the agent says: the view decides what is shown
-        entities=deployment.entities,
-    )
+    session_id = "cnv_" + hashlib.sha256(session_key).hexdigest()[:36]
+    try:
+        run = await svc.runs.start(
+            agent,
+            message,
+            session_id=session_id,
+            create_session=True,  # reasoning as the agent says: the view decides what is shown
+            entities=deployment.entities,
+        )
+    except Conflict:
+        paused = await svc.store.session_paused(session_id)
+        raise Conflict(
+            AWAITING_APPROVAL if paused else STILL_ANSWERING, field="conversationId"
+        ) from None
     view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
     subscription = svc.runs.log.subscribe(run.run_id)
 
