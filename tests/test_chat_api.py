@@ -160,9 +160,14 @@ def test_toggles_are_independent(live: LiveServer) -> None:
 def test_header_and_toggles_change_what_is_shown_not_what_the_agent_does(
     live: LiveServer,
 ) -> None:
-    deploy(live, slug="quiet")
+    deploy(live, slug="no-toggles")
     stored = []
-    for slug, headers in (("your-slug", V1), ("your-slug", {}), ("quiet", V1), ("quiet", {})):
+    for slug, headers in (
+        ("your-slug", V1),
+        ("your-slug", {}),
+        ("no-toggles", V1),
+        ("no-toggles", {}),
+    ):
         _, frames = chat(live, slug, {"input": "What is 3 * 4?"}, headers)
         with live.client() as client:
             run = client.get(f"/api/agents/runs/{latest_run_id(live, 'demo')}").json()

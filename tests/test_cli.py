@@ -238,10 +238,14 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     listed = invoke(*["deployments", "list", *common])
     assert "your-slug" in listed.output
     assert "cli-chat" in listed.output
-    updated = invoke(*["deployments", "set", "cli-chat", "--tool-calls", *common])
+    updated = invoke(
+        *["deployments", "set", "cli-chat", "--tool-calls", "--runs-per-minute-per-client", "5"],
+        *common,
+    )
     assert updated.exit_code == 0, updated.output
     with server.client() as client:
         stored = client.get("/api/chat-deployments/cli-chat").json()
+    assert stored["deployment"]["runs_per_minute_per_client"] == 5
     assert stored["deployment"]["include_thinking"] is True
     assert stored["deployment"]["include_tool_calls"] is True
     assert stored["has_password"] is True

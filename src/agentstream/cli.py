@@ -415,6 +415,18 @@ Redact = Annotated[
         show_default=False,
     ),
 ]
+ClientRuns = Annotated[
+    int | None,
+    typer.Option(help="Answers one client may have coming at once (default 4).", min=1),
+]
+DeploymentRuns = Annotated[
+    int | None,
+    typer.Option(help="Answers coming at once, all clients together (default 100).", min=1),
+]
+RunsPerMinute = Annotated[
+    int | None,
+    typer.Option(help="Messages one client may send per minute (default 30).", min=1),
+]
 Title = Annotated[str | None, typer.Option(help="Title shown on the chat page.")]
 Greeting = Annotated[str | None, typer.Option(help="First message shown on the chat page.")]
 
@@ -493,6 +505,9 @@ def set_deployment(
     password: Password = None,
     emails: Emails = None,
     redact: Redact = None,
+    concurrent_runs_per_client: ClientRuns = None,
+    concurrent_runs: DeploymentRuns = None,
+    runs_per_minute_per_client: RunsPerMinute = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
@@ -510,6 +525,9 @@ def set_deployment(
         password=password,
         emails=emails,
         redact=redact,
+        concurrent_runs_per_client=concurrent_runs_per_client,
+        concurrent_runs=concurrent_runs,
+        runs_per_minute_per_client=runs_per_minute_per_client,
     )
     path = f"/api/chat-deployments/{quote(slug)}"
     with _friendly_errors(), Client(url, key) as client:

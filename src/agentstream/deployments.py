@@ -74,6 +74,9 @@ class DeploymentUpdate(BaseModel):
     """Write-only: stored as a scrypt hash."""
     allowed_emails: list[str] | None = None
     redact_pii: bool | None = None
+    concurrent_runs_per_client: int | None = None
+    concurrent_runs: int | None = None
+    runs_per_minute_per_client: int | None = None
 
 
 class DeploymentSettings(BaseModel):
@@ -105,6 +108,12 @@ class DeploymentSettings(BaseModel):
     """Addresses (``jane@example.com``) or whole domains (``@example.com``)."""
     redact_pii: bool = False
     """Mask emails, phones, card numbers, IBANs and IPs; answer text is then sent settled."""
+    concurrent_runs_per_client: int = Field(default=4, ge=1, le=1_000)
+    """Answers one client may have coming at once; the next message gets 429."""
+    concurrent_runs: int = Field(default=100, ge=1, le=100_000)
+    """Answers coming at once from the whole deployment, all clients together."""
+    runs_per_minute_per_client: int = Field(default=30, ge=1, le=10_000)
+    """Messages one client may send in any minute."""
 
     @field_validator("workflow_id")
     @classmethod

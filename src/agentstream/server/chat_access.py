@@ -1,7 +1,8 @@
 """Who may chat with a deployment: password, email one-time codes, API key, or anyone.
 
 A successful password or code earns a signed cookie scoped to the deployment, so the
-page does not ask again. Password and code guesses are limited per client and deployment.
+page does not ask again. Password and code guesses are limited per client and deployment,
+and so are runs (``rate_limits``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,21 @@ import logging
 import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ChatAccess", "CodeBook", "EmailSender", "GuessLimiter", "SessionSigner", "log_code"]
+from agentstream.server.rate_limits import InFlight, WindowLimiter, per_minute
+
+__all__ = [
+    "CODES_SENT",
+    "DEPLOYMENT_GUESSES",
+    "GUESSES",
+    "ChatAccess",
+    "CodeBook",
+    "EmailSender",
+    "SessionSigner",
+    "log_code",
+]
 
 logger = logging.getLogger("agentstream.chat")
 
@@ -28,39 +39,6 @@ EmailSender = Callable[[str, str, str], Awaitable[None]]
 async def log_code(to: str, subject: str, body: str) -> None:
     """The sender when no mail server is configured: the code goes to the server log."""
     logger.warning("No SMTP configured; would send to %s: %s: %s", to, subject, body)
-
-
-class GuessLimiter:
-    """At most ``limit`` guesses per key in any ``window`` seconds (a sliding window).
-
-    Keys whose window has passed are swept out now and then, so memory stays bounded by
-    the guesses of the last window.
-    """
-
-    def __init__(self, *, limit: int, window: float = 15 * 60) -> None:
-        self.limit = limit
-        self.window = window
-        self._guesses: dict[tuple[str, ...], deque[float]] = {}
-        self._next_sweep = 0.0
-
-    def retry_after(self, *key: str) -> float:
-        """Seconds until the next guess is allowed; 0 if it is allowed now (and counted)."""
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            self._sweep(now)
-        guesses = self._guesses.setdefault(key, deque())
-        while guesses and guesses[0] <= now - self.window:
-            guesses.popleft()
-        if len(guesses) >= self.limit:
-            return guesses[0] + self.window - now
-        guesses.append(now)
-        return 0.0
-
-    def _sweep(self, now: float) -> None:
-        stale = [k for k, g in self._guesses.items() if not g or g[-1] <= now - self.window]
-        for key in stale:
-            del self._guesses[key]
-        self._next_sweep = now + self.window / 10
 
 
 @dataclass(slots=True)
@@ -142,18 +120,25 @@ class SessionSigner:
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
 
+GUESSES = per_minute(10, 15, name="guesses")
+"""Password and code guesses, per client and deployment (the spec's 10 per 15 min)."""
+DEPLOYMENT_GUESSES = per_minute(200, 15, name="deployment-guesses")
+"""All guesses at one deployment, whoever makes them: a brake on distributed guessing."""
+CODES_SENT = per_minute(5, 15, name="codes-sent")
+"""Codes mailed, per address and per client: no mail bombing."""
+
+
 @dataclass(frozen=True)
 class ChatAccess:
-    """The access machinery the chat endpoint shares across requests."""
+    """The access machinery the chat endpoint shares across requests: who may chat, and
+    how much."""
 
     signer: SessionSigner
     send_email: EmailSender = log_code
-    guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=10))
-    """Password and code guesses, per client and deployment (the spec's 10 per 15 min)."""
-    deployment_guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=200))
-    """All guesses at one deployment, whoever makes them: a brake on distributed guessing."""
-    codes_sent: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=5))
-    """Codes mailed, per address and per client: no mail bombing."""
+    windows: WindowLimiter = field(default_factory=WindowLimiter)
+    """Guesses, codes mailed and runs started, per window (see the limits above)."""
+    in_flight: InFlight = field(default_factory=InFlight)
+    """Runs going now, per client and per deployment."""
     codes: CodeBook = field(default_factory=CodeBook)
 
 
