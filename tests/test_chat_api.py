@@ -332,6 +332,47 @@ def test_visitors_read_no_server_details_when_the_model_cannot_run(
     assert detail in caplog.text, "the detail is in the server log"
 
 
+def test_an_answer_waiting_for_approval_says_so(live: LiveServer) -> None:
+    with live.client() as admin:
+        guarded = {"id": "guarded", "tools": ["calculator"], "approval_required": ["calculator"]}
+        assert admin.post("/api/agents", json=guarded).status_code == 201
+    slug = deploy(live, slug="guarded", agent_id="guarded", includeToolCalls=True)
+    _, frames = chat(live, slug, {"input": "What is 6 * 7?"}, V1)
+    start = next(f for f in frames if f.get("event") == "tool")
+    assert frames[-3:] == [
+        {
+            "blockId": "guarded",
+            "event": "approval_required",
+            "id": start["id"],
+            "name": "calculator",
+        },
+        {
+            "event": "final",
+            "data": {
+                "success": False,
+                "awaitingApproval": True,
+                "error": "The answer is waiting for an approval.",
+                "conversationId": frames[-2]["data"]["conversationId"],
+            },
+        },
+        "[DONE]",
+    ]
+    assert "6 * 7" not in str(frames).replace("What is 6 * 7?", ""), "no tool arguments"
+    conversation = frames[-2]["data"]["conversationId"]
+    _, legacy = chat(live, slug, {"input": "What is 6 * 7?"})
+    assert kinds(legacy) == ["final", "[DONE]"]
+    assert legacy[0]["data"]["awaitingApproval"] is True
+
+    again, _ = chat(live, slug, {"input": "Well?", "conversationId": conversation}, V1)
+    assert again.status_code == 409
+    assert again.json()["error"] == {
+        "code": "conflict",
+        "message": "The answer to your last message is waiting for an approval. Try again "
+        "once it has been decided, or start a new conversation.",
+        "field": "conversationId",
+    }
+
+
 def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
     slug = deploy(live, slug="slow", agent_id="waiter", includeToolCalls=True)
     with (
