@@ -44,7 +44,7 @@ from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
 from agentstream.server.frames import event_chunks
-from agentstream.server.rate_limits import per_minute, too_many
+from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.server.validation import MessageText
@@ -286,19 +286,16 @@ async def _admit(access: ChatAccess, settings: DeploymentSettings, client: str) 
     """Room for one more run of this client, or 429: a slot among the runs going now (the
     client's and the deployment's), and a place in the client's last minute."""
     slug = settings.slug
+    minute = per_minute(settings.runs_per_minute_per_client, name="chat-runs")
+    if wait := await access.windows.retry_after(minute, slug, client):
+        raise too_many("Too many messages; try again in {seconds} seconds", wait)
+    # No await from here until the stream owns the release: a slot cannot be lost.
     release = access.in_flight.acquire(
         [((slug, client), settings.concurrent_runs_per_client), ((slug,), settings.concurrent_runs)]
     )
     if release is None:
         raise too_many("Too many answers are coming at once; try again in a moment", 1)
-    minute = per_minute(settings.runs_per_minute_per_client, name="chat-runs")
-    if wait := await access.windows.retry_after(minute, slug, client):
-        release()
-        raise too_many("Too many messages; try again in {seconds} seconds", wait)
     return release
-
-
-Release = Callable[[], None]
 
 
 class _RunStream(EventStreamResponse):

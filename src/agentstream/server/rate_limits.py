@@ -19,9 +19,11 @@ from limits.aio.strategies import MovingWindowRateLimiter
 
 from agentstream.errors import TooManyAttempts
 
-__all__ = ["InFlight", "WindowLimiter", "per_minute", "too_many"]
+__all__ = ["InFlight", "Release", "WindowLimiter", "per_minute", "too_many"]
 
 Key = tuple[str, ...]
+Release = Callable[[], None]
+"""Gives back what ``InFlight.acquire`` took; safe to call more than once."""
 
 
 def too_many(message: str, wait: float, field: str | None = None) -> TooManyAttempts:
@@ -57,7 +59,7 @@ class InFlight:
     def __init__(self) -> None:
         self._held: Counter[Key] = Counter()
 
-    def acquire(self, limits: Sequence[tuple[Key, int]]) -> Callable[[], None] | None:
+    def acquire(self, limits: Sequence[tuple[Key, int]]) -> Release | None:
         """Count one more run under each key if every key is below its limit; the release
         (safe to call more than once), or None if some key is full."""
         if any(self._held[key] >= limit for key, limit in limits):
