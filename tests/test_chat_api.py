@@ -373,6 +373,24 @@ def test_an_answer_waiting_for_approval_says_so(live: LiveServer) -> None:
     }
 
 
+def test_a_second_message_while_answering_gets_a_public_conflict(live: LiveServer) -> None:
+    slug = deploy(live, slug="busy", agent_id="waiter")
+    body = {"input": "go", "conversationId": "conv-1"}
+    with (
+        httpx.Client(base_url=live.url, timeout=10) as client,
+        client.stream("POST", f"/api/chat/{slug}", json=body, headers=V1) as first,
+    ):
+        assert first.status_code == 200
+        second = client.post(f"/api/chat/{slug}", json=body, headers=V1)
+    assert second.status_code == 409
+    assert second.json()["error"] == {
+        "code": "conflict",
+        "message": "The answer to your last message is still coming; wait for it to finish.",
+        "field": "conversationId",
+    }
+    wait_for_status(live, latest_run_id(live, agent_id="waiter"))
+
+
 def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
     slug = deploy(live, slug="slow", agent_id="waiter", includeToolCalls=True)
     with (
