@@ -157,6 +157,34 @@ def test_toggles_are_independent(live: LiveServer) -> None:
     assert "thinking" not in kinds(frames)
 
 
+def test_header_and_toggles_change_what_is_shown_not_what_the_agent_does(
+    live: LiveServer,
+) -> None:
+    deploy(live, slug="no-toggles")
+    stored = []
+    for slug, headers in (
+        ("your-slug", V1),
+        ("your-slug", {}),
+        ("no-toggles", V1),
+        ("no-toggles", {}),
+    ):
+        _, frames = chat(live, slug, {"input": "What is 3 * 4?"}, headers)
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{latest_run_id(live, 'demo')}").json()
+        stored.append(
+            (
+                [e["event"] for e in run["events"]],
+                [e["text"] for e in run["events"] if e["event"] == "reasoning"],
+                run["content"],
+            )
+        )
+        shown = "thinking" in kinds(frames)
+        assert shown == (slug == "your-slug" and headers == V1)
+    assert stored[0][1], "the demo agent reasons"
+    assert stored[0][2] == "The answer is 12."
+    assert stored == [stored[0]] * 4
+
+
 def test_conversation_continues_by_id(live: LiveServer) -> None:
     _, first = chat(live, "your-slug", {"input": "What is 5 * 5?"}, V1)
     conversation = first[-2]["data"]["conversationId"]
@@ -210,6 +238,20 @@ def test_changing_the_password_signs_everyone_out(live: LiveServer) -> None:
         with live.client() as admin:
             admin.patch(f"/api/chat-deployments/{slug}", json={"password": "second password"})
         assert client.get(f"/api/chat/{slug}").json()["authenticated"] is False
+
+
+def test_a_malformed_access_cookie_is_no_cookie(live: LiveServer) -> None:
+    deploy(live, slug="cookie-pw", access="password", password="correct horse")
+    deploy(live, slug="cookie-mail", access="email", allowed_emails=["@example.com"])
+    for slug in ("cookie-pw", "cookie-mail"):
+        for token in (b".\xb2.x", b"." + b"9" * 5000 + b"." + b"a" * 64):
+            cookie = {"Cookie": b"agentstream_chat_" + slug.encode() + b"=" + token}
+            with httpx.Client(base_url=live.url, timeout=10, headers=cookie) as client:
+                info = client.get(f"/api/chat/{slug}")
+                message = client.post(f"/api/chat/{slug}", json={"input": "hi"})
+            assert (info.status_code, info.json()["authenticated"]) == (200, False)
+            assert message.status_code == 401
+            assert message.json()["error"]["code"] == "unauthorized"
 
 
 def test_email_access_with_a_one_time_code(live: LiveServer) -> None:
@@ -266,6 +308,89 @@ def test_redaction_disables_live_text(live: LiveServer) -> None:
     assert "[EMAIL]" in thinking[0]["data"]
 
 
+def test_visitors_read_no_server_details_when_the_model_cannot_run(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with live.client() as admin:
+        admin.post("/api/agents", json={"id": "keyless", "model": "gpt-4o-mini"})
+        deployed = admin.post(
+            "/api/chat-deployments", json={"slug": "keyless", "agent_id": "keyless"}
+        ).json()
+        native = admin.post("/api/agents/keyless/run/stream", json={"message": "hi"})
+    detail = "Set OPENAI_API_KEY to use gpt-4o-mini (OpenAI)"
+    assert deployed["unavailable"] == detail
+    assert (native.status_code, native.json()["error"]["message"]) == (503, detail)
+    for headers in (V1, {}):
+        refused, _ = chat(live, "keyless", {"input": "hi"}, headers)
+        assert refused.status_code == 503
+        assert refused.json()["error"] == {
+            "code": "model_unavailable",
+            "message": "The assistant is unavailable right now.",
+            "field": None,
+        }
+    assert detail in caplog.text, "the detail is in the server log"
+
+
+def test_an_answer_waiting_for_approval_says_so(live: LiveServer) -> None:
+    with live.client() as admin:
+        guarded = {"id": "guarded", "tools": ["calculator"], "approval_required": ["calculator"]}
+        assert admin.post("/api/agents", json=guarded).status_code == 201
+    slug = deploy(live, slug="guarded", agent_id="guarded", includeToolCalls=True)
+    _, frames = chat(live, slug, {"input": "What is 6 * 7?"}, V1)
+    start = next(f for f in frames if f.get("event") == "tool")
+    assert frames[-3:] == [
+        {
+            "blockId": "guarded",
+            "event": "approval_required",
+            "id": start["id"],
+            "name": "calculator",
+        },
+        {
+            "event": "final",
+            "data": {
+                "success": False,
+                "awaitingApproval": True,
+                "error": "The answer is waiting for an approval.",
+                "conversationId": frames[-2]["data"]["conversationId"],
+            },
+        },
+        "[DONE]",
+    ]
+    assert "6 * 7" not in str(frames).replace("What is 6 * 7?", ""), "no tool arguments"
+    conversation = frames[-2]["data"]["conversationId"]
+    _, legacy = chat(live, slug, {"input": "What is 6 * 7?"})
+    assert kinds(legacy) == ["final", "[DONE]"]
+    assert legacy[0]["data"]["awaitingApproval"] is True
+
+    again, _ = chat(live, slug, {"input": "Well?", "conversationId": conversation}, V1)
+    assert again.status_code == 409
+    assert again.json()["error"] == {
+        "code": "conflict",
+        "message": "The answer to your last message is waiting for an approval. Try again "
+        "once it has been decided, or start a new conversation.",
+        "field": "conversationId",
+    }
+
+
+def test_a_second_message_while_answering_gets_a_public_conflict(live: LiveServer) -> None:
+    slug = deploy(live, slug="busy", agent_id="waiter")
+    body = {"input": "go", "conversationId": "conv-1"}
+    with (
+        httpx.Client(base_url=live.url, timeout=10) as client,
+        client.stream("POST", f"/api/chat/{slug}", json=body, headers=V1) as first,
+    ):
+        assert first.status_code == 200
+        second = client.post(f"/api/chat/{slug}", json=body, headers=V1)
+    assert second.status_code == 409
+    assert second.json()["error"] == {
+        "code": "conflict",
+        "message": "The answer to your last message is still coming; wait for it to finish.",
+        "field": "conversationId",
+    }
+    wait_for_status(live, latest_run_id(live, agent_id="waiter"))
+
+
 def test_stop_cancels_the_run_and_settles_tools(live: LiveServer) -> None:
     slug = deploy(live, slug="slow", agent_id="waiter", includeToolCalls=True)
     with (
@@ -312,6 +437,45 @@ def test_invalid_deployments(
         response = client.post("/api/chat-deployments", json=body)
     assert response.status_code == status
     assert response.json()["error"]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"workflow_id": "answer"}, "output_blocks"),
+        ({"output_blocks": ["reply"]}, "output_blocks"),
+        ({"agent_id": "demo", "workflow_id": "answer", "output_blocks": ["reply"]}, "workflow_id"),
+    ],
+)
+def test_updates_into_an_invalid_deployment_are_refused(
+    live: LiveServer, change: dict[str, Any], field: str
+) -> None:
+    with live.client() as client:
+        before = client.get("/api/chat-deployments/your-slug").json()
+        response = client.patch("/api/chat-deployments/your-slug", json=change)
+        after = client.get("/api/chat-deployments/your-slug").json()
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["field"] == field
+    assert after == before, "nothing changed"
+
+
+def test_new_deployments_name_the_field_at_fault(live: LiveServer) -> None:
+    with live.client() as client:
+        both = client.post(
+            "/api/chat-deployments",
+            json={"slug": "two", "agent_id": "demo", "workflow_id": "w", "output_blocks": ["b"]},
+        )
+        none = client.post("/api/chat-deployments", json={"slug": "zero"})
+        blocks = client.post(
+            "/api/chat-deployments",
+            json={"slug": "blocks", "agent_id": "demo", "output_blocks": ["b"]},
+        )
+    assert [(r.status_code, r.json()["error"]["field"]) for r in (both, none, blocks)] == [
+        (422, "workflow_id"),
+        (422, "workflow_id"),
+        (422, "output_blocks"),
+    ]
 
 
 def test_bad_chat_requests(live: LiveServer) -> None:

@@ -137,3 +137,28 @@ def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: playwr
 def test_unknown_chat_shows_a_readable_error(paced: LiveServer, page: playwright.Page) -> None:
     page.goto(f"{paced.url}/chat/nowhere")
     playwright.expect(page.locator("#status")).to_have_text("No chat deployment 'nowhere'")
+
+
+def test_an_answer_waiting_for_approval_shows_so(paced: LiveServer, page: playwright.Page) -> None:
+    with paced.client() as client:
+        agent = {"id": "careful", "tools": ["calculator"], "approval_required": ["calculator"]}
+        assert client.post("/api/agents", json=agent).status_code == 201
+        deployment = {"slug": "careful", "agent_id": "careful", "includeToolCalls": True}
+        assert client.post("/api/chat-deployments", json=deployment).status_code == 201
+    page.goto(f"{paced.url}/chat/careful")
+    page.fill("#input", "What is 6 * 7?")
+    page.press("#input", "Enter")
+
+    playwright.expect(page.locator(".assistant .waiting").last).to_have_text(
+        "The answer is waiting for an approval."
+    )
+    tool = page.locator(".tool").last
+    playwright.expect(tool).to_have_attribute("data-status", "awaiting_approval")
+    playwright.expect(tool).to_have_text("calculator")
+    playwright.expect(page.locator("#send")).to_be_visible()
+
+    page.fill("#input", "Well?")
+    page.press("#input", "Enter")
+    playwright.expect(page.locator(".assistant .error").last).to_contain_text(
+        "The answer to your last message is waiting for an approval."
+    )

@@ -247,3 +247,48 @@ def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
         assert not any("THINK" in f for f in wire)
     if not policy.live_text:
         assert not any("PRE" in f for f in wire), "no provisional text for settled clients"
+
+
+def paused_run() -> list[BaseEvent]:
+    from agentstream.events import ApprovalRequested, RunPaused, ToolCall
+
+    common: dict[str, Any] = {"run_id": "r", "ts": 0}
+    arguments = {"expression": "ARG1x"}
+    return [
+        ToolCall(
+            **common, seq=1, step=1, call_id="c1", tool_name="calculator", arguments=arguments
+        ),
+        ApprovalRequested(
+            **common, seq=2, step=1, call_id="c1", tool_name="calculator", tool_input=arguments
+        ),
+        RunPaused(**common, seq=3, awaiting=["c1"]),
+    ]
+
+
+def test_a_paused_run_says_the_answer_waits_for_approval() -> None:
+    final = {
+        "event": "final",
+        "data": {
+            "success": False,
+            "awaitingApproval": True,
+            "error": "The answer is waiting for an approval.",
+            "conversationId": "c",
+        },
+    }
+    shown = {
+        ChatPolicy(protocol_v1=False, include_tool_calls=True): [final],
+        ChatPolicy(protocol_v1=True): [
+            {"blockId": "b", "event": "approval_required"},
+            final,
+        ],
+        ChatPolicy(protocol_v1=True, include_tool_calls=True): [
+            {"blockId": "b", "event": "tool", "phase": "start", "id": "c1", "name": "calculator"},
+            {"blockId": "b", "event": "approval_required", "id": "c1", "name": "calculator"},
+            final,
+        ],
+    }
+    for policy, expected in shown.items():
+        view = ChatView(policy, block_id="b", conversation_id="c")
+        frames = [frame for event in paused_run() for frame in view.frames(event)]
+        assert frames == expected
+        assert "ARG" not in json.dumps(frames), "never the tool's arguments"

@@ -238,10 +238,14 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     listed = invoke(*["deployments", "list", *common])
     assert "your-slug" in listed.output
     assert "cli-chat" in listed.output
-    updated = invoke(*["deployments", "set", "cli-chat", "--tool-calls", *common])
+    updated = invoke(
+        *["deployments", "set", "cli-chat", "--tool-calls", "--runs-per-minute-per-client", "5"],
+        *common,
+    )
     assert updated.exit_code == 0, updated.output
     with server.client() as client:
         stored = client.get("/api/chat-deployments/cli-chat").json()
+    assert stored["deployment"]["runs_per_minute_per_client"] == 5
     assert stored["deployment"]["include_thinking"] is True
     assert stored["deployment"]["include_tool_calls"] is True
     assert stored["has_password"] is True
@@ -250,6 +254,23 @@ def test_deployments_lifecycle(server: LiveServer) -> None:
     missing = invoke(*["deployments", "delete", "cli-chat", *common])
     assert missing.exit_code == 1
     assert "No chat deployment 'cli-chat'" in missing.output
+
+
+def test_deployments_set_warns_when_the_model_cannot_run(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with server.client() as client:
+        client.post("/api/agents", json={"id": "keyless", "model": "gpt-4o-mini"})
+    common = ["--url", server.url, "--key", server.key]
+    created = invoke("deployments", "set", "keyless", "--agent", "keyless", *common)
+    assert created.exit_code == 0, created.output
+    warnings = [line for line in created.output.splitlines() if line.startswith("⚠")]
+    assert warnings == [
+        "⚠ keyless cannot answer yet: Set OPENAI_API_KEY to use gpt-4o-mini (OpenAI)"
+    ]
+    fine = invoke("deployments", "set", "fine", "--agent", "demo", *common)
+    assert "⚠" not in fine.output
 
 
 def test_deploy_a_workflow(server: LiveServer) -> None:
@@ -266,3 +287,61 @@ def test_deploy_a_workflow(server: LiveServer) -> None:
     refused = invoke(*args, "--output-block", "nope", *common)
     assert refused.exit_code == 1
     assert "nope" in refused.output
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server whose ``guarded`` agent asks before each calculator call."""
+    from agentstream.agents import AgentSpec
+
+    agent = AgentSpec(id="guarded", tools=["calculator"], approval_required=["calculator"])
+    with serve(make_settings(tmp_path_factory.mktemp("guarded")), agents=[agent]) as live:
+        yield live
+
+
+def paused_run(server: LiveServer) -> str:
+    result = invoke(*against(server, "run", "guarded", "What is 6 * 7?"))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    run_id = footer_run_id(result.output)
+    waiting = lines.index("⏸ calculator(expression='6 * 7') waits for approval")
+    assert lines[waiting - 1] == "⚙ calculator(expression='6 * 7')"
+    assert (
+        lines[-1]
+        == f"⏸ paused: agentstream approve {run_id}  ·  agentstream deny {run_id} --reason …"
+    )
+    return run_id
+
+
+def test_run_shows_the_pause_and_approve_continues_it(guarded: LiveServer) -> None:
+    run_id = paused_run(guarded)
+    approved = invoke(*against(guarded, "approve", run_id))
+    assert approved.exit_code == 0, approved.output
+    lines = approved.output.splitlines()
+    assert lines[0] == "✓ approved calculator(expression='6 * 7')"
+    assert lines[1] == "  ✓ 42"
+    assert "The answer is 42." in lines[2:]
+    with Client(guarded.url, guarded.key) as client:
+        assert client.get_run(run_id)["status"] == "completed"
+    again = invoke(*against(guarded, "approve", run_id))
+    assert again.exit_code == 1
+    assert f"Run {run_id} is not waiting for approval (status: completed)." in again.output
+
+
+def test_deny_tells_the_model_why(guarded: LiveServer) -> None:
+    run_id = paused_run(guarded)
+    denied = invoke(*against(guarded, "deny", run_id, "--reason", "not today"))
+    assert denied.exit_code == 0, denied.output
+    assert denied.output.splitlines()[0] == "✗ denied calculator(expression='6 * 7')"
+    assert "The calculator tool failed: demo denied this call: not today" in denied.output
+
+
+@pytest.mark.parametrize(("answer", "said"), [("y", "✓ approved"), ("n", "✗ denied")])
+def test_chat_asks_to_approve_then_goes_on(guarded: LiveServer, answer: str, said: str) -> None:
+    result = invoke(*against(guarded, "chat", "guarded"), input=f"What is 6 * 7?\n{answer}\n\n")
+    assert result.exit_code == 0, result.output
+    assert "⏸ calculator(expression='6 * 7') waits for approval" in result.output
+    assert "Approve calculator(expression='6 * 7')? [y/N]" in result.output
+    assert f"{said} calculator(expression='6 * 7')" in result.output
+    expected = "The answer is 42." if answer == "y" else "demo denied this call"
+    assert expected in result.output

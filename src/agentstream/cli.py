@@ -1,5 +1,6 @@
-"""The ``agentstream`` command: serve the API, chat with an agent, run one message, replay
-a stored run, create API keys. Streams render live through one `StreamRenderer`.
+"""The ``agentstream`` command: serve the API, chat with an agent, run one message, approve
+or deny the tool calls a run waits for, replay a stored run, create API keys. Streams render
+live through one `StreamRenderer`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 from urllib.parse import quote
@@ -52,10 +54,16 @@ def _short(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _call_text(tool: str, arguments: dict[str, Any]) -> str:
+    """``name(key=value, …)``, shortened."""
+    return f"{tool}({_short(', '.join(f'{k}={v!r}' for k, v in arguments.items()))})"
+
+
 class StreamRenderer:
     """Native frames in, terminal output out: reasoning dimmed as it arrives, each tool call
-    as ``⚙ name(args)`` with a spinner (on a terminal) until its ``✓ result``, answer text
-    as it arrives. Works the same from a live stream or a stored run's events."""
+    as ``⚙ name(args)`` with a spinner (on a terminal) until its ``✓ result`` (or ``⏸`` when
+    it waits for approval), answer text as it arrives. Works the same from a live stream or
+    a stored run's events."""
 
     def __init__(self, console: Console) -> None:
         self._console = console
@@ -84,8 +92,8 @@ class StreamRenderer:
                 self._write(frame.content, "content")
                 self._step_text = True
             case native.ToolCallFrame():
-                args = ", ".join(f"{k}={v!r}" for k, v in frame.arguments.items())
-                self._line(Text.assemble(("⚙ ", "cyan"), f"{frame.tool_name}({_short(args)})"))
+                call = _call_text(frame.tool_name, frame.arguments)
+                self._line(Text.assemble(("⚙ ", "cyan"), call))
                 self._pending[frame.tool_call_id] = frame.tool_name
             case native.ToolResultFrame():
                 mark, style = _TOOL_STATUS[frame.status]
@@ -93,6 +101,10 @@ class StreamRenderer:
                 self._pending.pop(frame.tool_call_id, None)
                 shown = "cancelled" if frame.status == "cancelled" else _short(frame.result)
                 self._line(Text.assemble("  ", (mark, style), f" {name}{shown}"))
+            case native.ApprovalRequestedFrame():
+                self._pending.pop(frame.tool_call_id, None)
+                call = _call_text(frame.tool_name, frame.tool_input)
+                self._line(Text.assemble(("⏸ ", "yellow"), f"{call} waits for approval"))
             case native.ErrorFrame():
                 self._line(Text(f"✗ run {frame.status}: {frame.message}", style="red"))
         self._spin()
@@ -170,20 +182,106 @@ def _settings(**overrides: Any) -> Settings:
         _fail(f"Invalid settings: {exc}")
 
 
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """What a stream added up to, and the tool calls it stopped at to wait for approval."""
+
+    result: RunResult
+    awaiting: list[native.ApprovalRequestedFrame]
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.awaiting) and self.result.status == "incomplete"
+
+
 def _stream(
     frames: Iterator[NativeFrame], accumulator: RunAccumulator, console: Console, as_json: bool
-) -> RunResult:
+) -> Streamed:
     renderer = StreamRenderer(console)
+    awaiting: list[native.ApprovalRequestedFrame] = []
     try:
         for frame in frames:
             accumulator.feed(frame)
+            if isinstance(frame, native.ApprovalRequestedFrame):
+                awaiting.append(frame)
             if as_json:
                 typer.echo(frame.model_dump_json())
             else:
                 renderer.feed(frame)
     finally:
         renderer.close()
-    return accumulator.result()
+    return Streamed(accumulator.result(), awaiting)
+
+
+def _decide(
+    client: Client,
+    run_id: str,
+    console: Console,
+    *,
+    approve: bool,
+    reason: str | None = None,
+    only: str | None = None,
+) -> int:
+    """Approve (or deny) the run's pending tool calls, or the one ``only`` names; the seq to
+    follow the continued run from."""
+    stored = client.get_run(run_id)
+    pending = [
+        a
+        for a in stored["approvals"]
+        if a["decision"] == "pending" and only in (None, a["tool_call_id"])
+    ]
+    if not pending:
+        what = f"tool call {only!r}" if only else "approval"
+        _fail(f"Run {run_id} is not waiting for {what} (status: {stored['status']}).")
+    after = max(event["seq"] for event in stored["events"])
+    action = "approve" if approve else "deny"
+    for approval in pending:
+        client.request(
+            "POST",
+            f"/api/agents/runs/{quote(run_id, safe='')}/{action}",
+            json={"tool_call_id": approval["tool_call_id"], "reason": reason},
+        )
+        call = _call_text(approval["tool_name"], approval["tool_input"])
+        mark = ("✓ approved", "green") if approve else ("✗ denied", "red")
+        console.print(Text.assemble(mark, f" {call}"), soft_wrap=True)
+    return int(after)
+
+
+def _ask_and_follow(client: Client, console: Console, streamed: Streamed) -> Streamed | None:
+    """Ask about each call the run waits for, then stream what the run does next; None
+    (leaving the run paused) if the user quits instead of answering."""
+    run_id = streamed.result.run_id
+    assert run_id is not None
+    after: int | None = None
+    for call in streamed.awaiting:
+        question = f"Approve {_call_text(call.tool_name, call.tool_input)}? [y/N] "
+        try:
+            answer = console.input(f"[yellow]{escape(question)}[/]").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            _paused_hint(console, run_id)
+            return None
+        seq = _decide(
+            client, run_id, console, approve=answer in ("y", "yes"), only=call.tool_call_id
+        )
+        after = seq if after is None else after
+    assert after is not None
+    return _follow(client, run_id, after, console, as_json=False)
+
+
+def _follow(client: Client, run_id: str, after: int, console: Console, as_json: bool) -> Streamed:
+    """Stream the rest of a run that goes on after a decision."""
+    accumulator = RunAccumulator()
+    accumulator.run_id = run_id
+    return _stream(client.iter_resume(run_id, after), accumulator, console, as_json)
+
+
+def _paused_hint(console: Console, run_id: str | None) -> None:
+    console.print(
+        f"⏸ paused: agentstream approve {run_id}  ·  agentstream deny {run_id} --reason …",
+        style="yellow",
+        soft_wrap=True,
+    )
 
 
 def _settle(client: Client, run_id: str) -> None:
@@ -298,13 +396,19 @@ def chat(
             frames = client.iter_events(
                 agent, message, session_id=session, reasoning=False if no_reasoning else None
             )
+            streamed: Streamed | None = None
             try:
-                _stream(frames, accumulator, console, as_json=False)
+                streamed = _stream(frames, accumulator, console, as_json=False)
+                while streamed is not None and streamed.paused:
+                    streamed = _ask_and_follow(client, console, streamed)
             except KeyboardInterrupt:
                 frames.close()
                 if accumulator.run_id:
                     _settle(client, accumulator.run_id)
                 console.print("[yellow]✗ cancelled[/]")
+            else:
+                if streamed is None:
+                    return  # left paused: its session takes no message until it is decided
             session = accumulator.session_id or session
             console.print()
 
@@ -319,17 +423,23 @@ def run(
     as_json: Json = False,
     no_reasoning: NoReasoning = False,
 ) -> None:
-    """Send one message and stream the answer. Exit code 1 if the run fails."""
+    """Send one message and stream the answer. Exit code 1 if the run fails; 0 if it pauses
+    for an approval (decide with `agentstream approve` or `deny`)."""
     console = Console(highlight=False)
     with _friendly_errors(), Client(url, key) as client:
         frames = client.iter_events(
             agent, message, session_id=session, reasoning=False if no_reasoning else None
         )
-        result = _stream(frames, RunAccumulator(), console, as_json)
+        streamed = _stream(frames, RunAccumulator(), console, as_json)
+    result = streamed.result
     if not as_json:
         tokens = f" · {result.usage.total_tokens} tokens" if result.usage else ""
         footer = f"run {result.run_id} · session {result.session_id}{tokens}"
         console.print(footer, style="dim", soft_wrap=True)
+    if streamed.paused:
+        if not as_json:
+            _paused_hint(console, result.run_id)
+        return
     if result.status == "incomplete":
         _fail(result.error or "The stream ended early")
     if not result.ok:
@@ -366,6 +476,60 @@ def replay(
         if frame is not None:
             renderer.feed(frame)
     renderer.close()
+
+
+Reason = Annotated[str | None, typer.Option(help="Why: shown to the model.")]
+Call = Annotated[
+    str | None, typer.Option("--call", help="Only this tool call id (default: every pending).")
+]
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The paused run.")],
+    reason: Reason = None,
+    call: Call = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: Json = False,
+) -> None:
+    """Let the tool calls a paused run waits for go ahead, then follow the run."""
+    _decide_and_follow(run_id, url, key, as_json, approve=True, reason=reason, only=call)
+
+
+@app.command()
+def deny(
+    run_id: Annotated[str, typer.Argument(help="The paused run.")],
+    reason: Reason = None,
+    call: Call = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: Json = False,
+) -> None:
+    """Refuse the tool calls a paused run waits for (the model is told, with --reason),
+    then follow the run."""
+    _decide_and_follow(run_id, url, key, as_json, approve=False, reason=reason, only=call)
+
+
+def _decide_and_follow(
+    run_id: str,
+    url: str,
+    key: str | None,
+    as_json: bool,
+    *,
+    approve: bool,
+    reason: str | None,
+    only: str | None,
+) -> None:
+    console = Console(highlight=False, stderr=as_json)
+    with _friendly_errors(), Client(url, key) as client:
+        after = _decide(client, run_id, console, approve=approve, reason=reason, only=only)
+        streamed = _follow(client, run_id, after, Console(highlight=False), as_json)
+    if streamed.paused:
+        if not as_json:
+            _paused_hint(console, run_id)
+    elif not streamed.result.ok:
+        raise typer.Exit(1)
 
 
 @keys_app.command("create")
@@ -433,6 +597,18 @@ Redact = Annotated[
         show_default=False,
     ),
 ]
+ClientRuns = Annotated[
+    int | None,
+    typer.Option(help="Answers one client may have coming at once (default 4).", min=1),
+]
+DeploymentRuns = Annotated[
+    int | None,
+    typer.Option(help="Answers coming at once, all clients together (default 100).", min=1),
+]
+RunsPerMinute = Annotated[
+    int | None,
+    typer.Option(help="Messages one client may send per minute (default 30).", min=1),
+]
 Title = Annotated[str | None, typer.Option(help="Title shown on the chat page.")]
 Greeting = Annotated[str | None, typer.Option(help="First message shown on the chat page.")]
 
@@ -472,6 +648,13 @@ def _print_deployments(deployments: list[dict[str, Any]], url: str) -> None:
         console.print(
             f"{item['deployment']['slug']}: {url.rstrip('/')}{item['url']}", soft_wrap=True
         )
+    for item in deployments:
+        if reason := item.get("unavailable"):
+            console.print(
+                f"⚠ {item['deployment']['slug']} cannot answer yet: {reason}",
+                style="yellow",
+                soft_wrap=True,
+            )
 
 
 @deployments_app.command("list")
@@ -504,6 +687,9 @@ def set_deployment(
     password: Password = None,
     emails: Emails = None,
     redact: Redact = None,
+    concurrent_runs_per_client: ClientRuns = None,
+    concurrent_runs: DeploymentRuns = None,
+    runs_per_minute_per_client: RunsPerMinute = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
 ) -> None:
@@ -521,6 +707,9 @@ def set_deployment(
         password=password,
         emails=emails,
         redact=redact,
+        concurrent_runs_per_client=concurrent_runs_per_client,
+        concurrent_runs=concurrent_runs,
+        runs_per_minute_per_client=runs_per_minute_per_client,
     )
     path = f"/api/chat-deployments/{quote(slug)}"
     with _friendly_errors(), Client(url, key) as client:

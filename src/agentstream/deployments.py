@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -19,9 +19,12 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
+
+from agentstream.errors import UserError
 
 __all__ = [
     "Access",
@@ -71,6 +74,9 @@ class DeploymentUpdate(BaseModel):
     """Write-only: stored as a scrypt hash."""
     allowed_emails: list[str] | None = None
     redact_pii: bool | None = None
+    concurrent_runs_per_client: int | None = None
+    concurrent_runs: int | None = None
+    runs_per_minute_per_client: int | None = None
 
 
 class DeploymentSettings(BaseModel):
@@ -81,9 +87,9 @@ class DeploymentSettings(BaseModel):
     slug: Slug
     agent_id: str | None = None
     """The agent this deployment serves; or ``workflow_id``, not both."""
-    workflow_id: str | None = None
+    workflow_id: str | None = Field(default=None, validate_default=True)
     """The workflow this deployment serves; ``output_blocks`` say which blocks answer."""
-    output_blocks: list[str] = Field(default_factory=list)
+    output_blocks: list[str] = Field(default_factory=list, validate_default=True)
     """For a workflow: the blocks whose output is the answer, in this order."""
     title: str = Field(default="", max_length=200)
     greeting: str = Field(default="", max_length=2_000)
@@ -102,27 +108,47 @@ class DeploymentSettings(BaseModel):
     """Addresses (``jane@example.com``) or whole domains (``@example.com``)."""
     redact_pii: bool = False
     """Mask emails, phones, card numbers, IBANs and IPs; answer text is then sent settled."""
+    concurrent_runs_per_client: int = Field(default=4, ge=1, le=1_000)
+    """Answers one client may have coming at once; the next message gets 429."""
+    concurrent_runs: int = Field(default=100, ge=1, le=100_000)
+    """Answers coming at once from the whole deployment, all clients together."""
+    runs_per_minute_per_client: int = Field(default=30, ge=1, le=10_000)
+    """Messages one client may send in any minute."""
 
-    @model_validator(mode="after")
-    def _one_target(self) -> Self:
-        if (self.agent_id is None) == (self.workflow_id is None):
+    @field_validator("workflow_id")
+    @classmethod
+    def _one_target(cls, workflow_id: str | None, info: ValidationInfo) -> str | None:
+        if "agent_id" in info.data and (info.data["agent_id"] is None) == (workflow_id is None):
             raise ValueError("give agent_id or workflow_id, one of them")
-        if self.workflow_id is not None and not self.output_blocks:
+        return workflow_id
+
+    @field_validator("output_blocks")
+    @classmethod
+    def _blocks_of_a_workflow(cls, blocks: list[str], info: ValidationInfo) -> list[str]:
+        if "workflow_id" not in info.data:
+            return blocks  # the target is already refused
+        if info.data["workflow_id"] is not None and not blocks:
             raise ValueError("a workflow deployment names its output_blocks, the answer")
-        if self.agent_id is not None and self.output_blocks:
+        if info.data["workflow_id"] is None and blocks:
             raise ValueError("output_blocks are for workflow deployments")
-        return self
+        return blocks
 
     def updated(self, update: DeploymentUpdate) -> DeploymentSettings:
-        """These settings with the update applied, validated as a whole. Naming a new
-        target replaces the old one."""
+        """These settings with the update applied, validated as a whole by the same rules
+        as a new deployment (``UserError`` naming the field). Naming a new target replaces
+        the old one."""
         changes = update.model_dump(exclude_unset=True, exclude={"password"})
         current = self.model_dump()
         if "agent_id" in changes:
             current.update(workflow_id=None, output_blocks=[])
         if "workflow_id" in changes:
             current.update(agent_id=None)
-        return DeploymentSettings.model_validate({**current, **changes})
+        try:
+            return DeploymentSettings.model_validate({**current, **changes})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise UserError(f"{field}: {first['msg']}", field=field) from None
 
 
 class DeploymentCreate(DeploymentSettings):

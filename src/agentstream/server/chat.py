@@ -5,11 +5,16 @@ execution; its output blocks answer).
 
 Access is the deployment's: public, password, email code or API key. The stream is the
 chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels.
+
+Visitors are not the operator: a refusal that is the server's problem (a model with no key,
+a pinned snapshot this server cannot run) reads generically here and goes to the log in
+full; the authenticated API keeps the details.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -17,14 +22,29 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
+from limits import RateLimitItem
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
-from agentstream.deployments import email_allowed, normalize_email, verify_password
-from agentstream.errors import AccessDenied, Forbidden, TooManyAttempts, UserError
+from agentstream.deployments import (
+    DeploymentSettings,
+    email_allowed,
+    normalize_email,
+    verify_password,
+)
+from agentstream.errors import (
+    AccessDenied,
+    Conflict,
+    Forbidden,
+    ModelUnavailable,
+    UserError,
+)
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
+from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
 from agentstream.server.frames import event_chunks
+from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.server.validation import MessageText
@@ -39,6 +59,16 @@ router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
 
 DONE = b'data: "[DONE]"\n\n'
+
+logger = logging.getLogger("agentstream.chat")
+
+UNAVAILABLE = "The assistant is unavailable right now."
+"""What a visitor reads when the deployment cannot run here; the reason goes to the log."""
+AWAITING_APPROVAL = (
+    "The answer to your last message is waiting for an approval. Try again once it has "
+    "been decided, or start a new conversation."
+)
+STILL_ANSWERING = "The answer to your last message is still coming; wait for it to finish."
 
 
 class ChatRequest(BaseModel):
@@ -102,8 +132,7 @@ async def _authenticate(
     if settings.access == "password":
         if body.password is None:
             raise AccessDenied("This chat is password protected", field="password")
-        _limit(access.guesses.retry_after(client, slug), "password")
-        _limit(access.deployment_guesses.retry_after(slug), "password")
+        await _limit(access, "password", (GUESSES, client, slug), (DEPLOYMENT_GUESSES, slug))
         assert deployment.password_hash is not None
         # scrypt takes tens of milliseconds: off the event loop, so streams keep flowing
         if not await anyio.to_thread.run_sync(
@@ -119,8 +148,7 @@ async def _authenticate(
     if not email_allowed(email, settings.allowed_emails):
         raise Forbidden("This email is not invited to this chat", field="email")
     if body.otp is None:
-        _limit(access.codes_sent.retry_after(email, slug), "email")
-        _limit(access.codes_sent.retry_after(client, slug), "email")
+        await _limit(access, "email", (CODES_SENT, email, slug), (CODES_SENT, client, slug))
         code = access.codes.issue(slug, email)
         await access.send_email(
             email,
@@ -128,21 +156,19 @@ async def _authenticate(
             f"Your sign-in code is {code}. It is valid for 10 minutes.",
         )
         raise AccessDenied(f"We sent a code to {email}: send it as 'otp'", field="otp")
-    _limit(access.guesses.retry_after(client, slug), "otp")
-    _limit(access.deployment_guesses.retry_after(slug), "otp")
+    await _limit(access, "otp", (GUESSES, client, slug), (DEPLOYMENT_GUESSES, slug))
     if not access.codes.redeem(slug, email, body.otp):
         raise AccessDenied("Wrong or expired code", field="otp")
     return email
 
 
-def _limit(wait: float, field: str) -> None:
-    if wait:
-        seconds = str(int(wait) + 1)
-        raise TooManyAttempts(
-            f"Too many attempts; try again in {seconds} seconds",
-            field=field,
-            headers={"Retry-After": seconds},
-        )
+async def _limit(
+    access: ChatAccess, field: str, *limits: tuple[RateLimitItem, str, *tuple[str, ...]]
+) -> None:
+    """Count an attempt against each limit; 429 at the first one that is used up."""
+    for item, *key in limits:
+        if wait := await access.windows.retry_after(item, *key):
+            raise too_many("Too many attempts; try again in {seconds} seconds", wait, field)
 
 
 @router.get("/{slug}")
@@ -188,8 +214,8 @@ async def chat(
     if body.files:
         raise UserError("File uploads are not supported by this server yet", field="files")
     signed_in: str | None = None
+    client = request.client.host if request.client else "unknown"
     if not await _has_access(svc, deployment, request):
-        client = request.client.host if request.client else "unknown"
         identity = await _authenticate(svc, deployment, body, client)
         signed_in = svc.chat_access.signer.sign(
             slug, identity=identity, binding=_binding(deployment)
@@ -197,7 +223,7 @@ async def chat(
     response = (
         JSONResponse({"authenticated": True})
         if body.input is None
-        else await _stream(svc, deployment, body.input, body.conversationId, protocol)
+        else await _stream(svc, deployment, body.input, body.conversationId, protocol, client)
     )
     if signed_in is not None:
         response.set_cookie(
@@ -218,8 +244,10 @@ async def _stream(
     message: str,
     conversation_id: str | None,
     protocol: str | None,
+    client: str,
 ) -> Response:
     settings, target = deployment.settings, deployment.target
+    release = await _admit(svc.chat_access, settings, client)
     negotiated = (protocol or "").strip().lower() == PROTOCOL_V1
     policy = ChatPolicy(
         protocol_v1=negotiated,
@@ -229,19 +257,60 @@ async def _stream(
         outputs=tuple(settings.outputs),
     )
     conversation_id = conversation_id or uuid.uuid4().hex
-    next_chunk, cancel = (
-        await _run_agent(svc, deployment, target, message, conversation_id, policy)
-        if isinstance(target, StoredAgent)
-        else await _run_workflow(
-            svc, target, settings.output_blocks, message, conversation_id, policy
+    try:
+        next_chunk, cancel = (
+            await _run_agent(svc, deployment, target, message, conversation_id, policy)
+            if isinstance(target, StoredAgent)
+            else await _run_workflow(
+                svc, target, settings.output_blocks, message, conversation_id, policy
+            )
         )
-    )
-    return EventStreamResponse(
+    except BaseException as exc:
+        release()
+        if isinstance(exc, UserError) and not isinstance(exc, Conflict):
+            # the server's problem, not the visitor's (a Conflict is about their own
+            # conversation, already in public words)
+            logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
+            raise ModelUnavailable(UNAVAILABLE) from None
+        raise
+    return _RunStream(
         next_chunk,
         keepalive=svc.settings.keepalive_seconds,
         on_disconnect=cancel,
         headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
+        release=release,
     )
+
+
+async def _admit(access: ChatAccess, settings: DeploymentSettings, client: str) -> Release:
+    """Room for one more run of this client, or 429: a slot among the runs going now (the
+    client's and the deployment's), and a place in the client's last minute."""
+    slug = settings.slug
+    minute = per_minute(settings.runs_per_minute_per_client, name="chat-runs")
+    if wait := await access.windows.retry_after(minute, slug, client):
+        raise too_many("Too many messages; try again in {seconds} seconds", wait)
+    # No await from here until the stream owns the release: a slot cannot be lost.
+    release = access.in_flight.acquire(
+        [((slug, client), settings.concurrent_runs_per_client), ((slug,), settings.concurrent_runs)]
+    )
+    if release is None:
+        raise too_many("Too many answers are coming at once; try again in a moment", 1)
+    return release
+
+
+class _RunStream(EventStreamResponse):
+    """A chat's stream, holding its run's slot until the stream ends, however it ends: the
+    answer is complete, the run failed or paused, or the client left (which cancels it)."""
+
+    def __init__(self, *args: Any, release: Release, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 Started = tuple[Callable[[], Awaitable[bytes | None]], Callable[[], None]]
@@ -258,14 +327,20 @@ async def _run_agent(
 ) -> Started:
     """A run of the agent in the conversation's session, so it remembers earlier turns."""
     session_key = f"{deployment.settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
-    run = await svc.runs.start(
-        agent,
-        message,
-        session_id="cnv_" + hashlib.sha256(session_key).hexdigest()[:36],
-        create_session=True,
-        reasoning=policy.thinking,
-        entities=deployment.entities,
-    )
+    session_id = "cnv_" + hashlib.sha256(session_key).hexdigest()[:36]
+    try:
+        run = await svc.runs.start(
+            agent,
+            message,
+            session_id=session_id,
+            create_session=True,  # reasoning as the agent says: the view decides what is shown
+            entities=deployment.entities,
+        )
+    except Conflict:
+        paused = await svc.store.session_paused(session_id)
+        raise Conflict(
+            AWAITING_APPROVAL if paused else STILL_ANSWERING, field="conversationId"
+        ) from None
     view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
     subscription = svc.runs.log.subscribe(run.run_id)
 

@@ -1,7 +1,8 @@
 """Who may chat with a deployment: password, email one-time codes, API key, or anyone.
 
 A successful password or code earns a signed cookie scoped to the deployment, so the
-page does not ask again. Password and code guesses are limited per client and deployment.
+page does not ask again. Password and code guesses are limited per client and deployment,
+and so are runs (``rate_limits``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,24 @@ import base64
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ChatAccess", "CodeBook", "EmailSender", "GuessLimiter", "SessionSigner", "log_code"]
+from agentstream.server.rate_limits import InFlight, WindowLimiter, per_minute
+
+__all__ = [
+    "CODES_SENT",
+    "DEPLOYMENT_GUESSES",
+    "GUESSES",
+    "ChatAccess",
+    "CodeBook",
+    "EmailSender",
+    "SessionSigner",
+    "log_code",
+]
 
 logger = logging.getLogger("agentstream.chat")
 
@@ -27,39 +39,6 @@ EmailSender = Callable[[str, str, str], Awaitable[None]]
 async def log_code(to: str, subject: str, body: str) -> None:
     """The sender when no mail server is configured: the code goes to the server log."""
     logger.warning("No SMTP configured; would send to %s: %s: %s", to, subject, body)
-
-
-class GuessLimiter:
-    """At most ``limit`` guesses per key in any ``window`` seconds (a sliding window).
-
-    Keys whose window has passed are swept out now and then, so memory stays bounded by
-    the guesses of the last window.
-    """
-
-    def __init__(self, *, limit: int, window: float = 15 * 60) -> None:
-        self.limit = limit
-        self.window = window
-        self._guesses: dict[tuple[str, ...], deque[float]] = {}
-        self._next_sweep = 0.0
-
-    def retry_after(self, *key: str) -> float:
-        """Seconds until the next guess is allowed; 0 if it is allowed now (and counted)."""
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            self._sweep(now)
-        guesses = self._guesses.setdefault(key, deque())
-        while guesses and guesses[0] <= now - self.window:
-            guesses.popleft()
-        if len(guesses) >= self.limit:
-            return guesses[0] + self.window - now
-        guesses.append(now)
-        return 0.0
-
-    def _sweep(self, now: float) -> None:
-        stale = [k for k, g in self._guesses.items() if not g or g[-1] <= now - self.window]
-        for key in stale:
-            del self._guesses[key]
-        self._next_sweep = now + self.window / 10
 
 
 @dataclass(slots=True)
@@ -99,6 +78,10 @@ class CodeBook:
         return False
 
 
+_TOKEN = re.compile(r"([A-Za-z0-9_-]*={0,2})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
+"""``base64(identity).expires.hmac``: an expiry in seconds since the epoch, a SHA-256 MAC."""
+
+
 class SessionSigner:
     """Signed, expiring proof that a client passed a deployment's access check.
 
@@ -116,13 +99,17 @@ class SessionSigner:
         return f"{encoded}.{expires}.{self._mac(slug, identity, binding, expires)}"
 
     def verify(self, token: str, slug: str, *, binding: str) -> str | None:
-        """The identity the token was signed for, or None if it is not valid here."""
-        try:
-            encoded, expires, mac = token.split(".")
-            identity = base64.urlsafe_b64decode(encoded).decode()
-        except ValueError:
+        """The identity the token was signed for, or None if it is not valid here. Any
+        string may arrive as a cookie: one that is not a token of ours is simply no token."""
+        parts = _TOKEN.fullmatch(token)
+        if parts is None:
             return None
-        if not expires.isdigit() or int(expires) < time.time():
+        encoded, expires, mac = parts.groups()
+        if int(expires) < time.time():
+            return None
+        try:
+            identity = base64.urlsafe_b64decode(encoded).decode()
+        except ValueError:  # binascii.Error and UnicodeDecodeError both are
             return None
         if not hmac.compare_digest(mac, self._mac(slug, identity, binding, expires)):
             return None
@@ -133,18 +120,25 @@ class SessionSigner:
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
 
+GUESSES = per_minute(10, 15, name="guesses")
+"""Password and code guesses, per client and deployment (the spec's 10 per 15 min)."""
+DEPLOYMENT_GUESSES = per_minute(200, 15, name="deployment-guesses")
+"""All guesses at one deployment, whoever makes them: a brake on distributed guessing."""
+CODES_SENT = per_minute(5, 15, name="codes-sent")
+"""Codes mailed, per address and per client: no mail bombing."""
+
+
 @dataclass(frozen=True)
 class ChatAccess:
-    """The access machinery the chat endpoint shares across requests."""
+    """The access machinery the chat endpoint shares across requests: who may chat, and
+    how much."""
 
     signer: SessionSigner
     send_email: EmailSender = log_code
-    guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=10))
-    """Password and code guesses, per client and deployment (the spec's 10 per 15 min)."""
-    deployment_guesses: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=200))
-    """All guesses at one deployment, whoever makes them: a brake on distributed guessing."""
-    codes_sent: GuessLimiter = field(default_factory=lambda: GuessLimiter(limit=5))
-    """Codes mailed, per address and per client: no mail bombing."""
+    windows: WindowLimiter = field(default_factory=WindowLimiter)
+    """Guesses, codes mailed and runs started, per window (see the limits above)."""
+    in_flight: InFlight = field(default_factory=InFlight)
+    """Runs going now, per client and per deployment."""
     codes: CodeBook = field(default_factory=CodeBook)
 
 

@@ -43,9 +43,12 @@ class DeploymentOut(BaseModel):
     has_password: bool
     url: str
     updated_at: datetime
+    unavailable: str | None = None
+    """Why the chat cannot answer on this server now (e.g. the agent's model has no key
+    set); visitors then read only that the assistant is unavailable."""
 
 
-def _out(stored: StoredDeployment) -> DeploymentOut:
+def _out(svc: Services, stored: StoredDeployment) -> DeploymentOut:
     return DeploymentOut(
         deployment=stored.settings,
         agent_version=stored.target.version if isinstance(stored.target, StoredAgent) else None,
@@ -55,7 +58,18 @@ def _out(stored: StoredDeployment) -> DeploymentOut:
         has_password=stored.password_hash is not None,
         url=f"/chat/{stored.settings.slug}",
         updated_at=stored.updated_at,
+        unavailable=_unavailable(svc, stored),
     )
+
+
+def _unavailable(svc: Services, stored: StoredDeployment) -> str | None:
+    """The first of the deployed agents (with an orchestration's entities) whose model
+    cannot run here, and why."""
+    if not isinstance(stored.target, StoredAgent):
+        return None
+    agents = [stored.target, *(stored.entities or {}).values()]
+    reasons = (svc.runs.models.available(agent.spec.model) for agent in agents)
+    return next((reason for reason in reasons if reason is not None), None)
 
 
 async def deployment_or_404(svc: Services, slug: str) -> StoredDeployment:
@@ -101,7 +115,7 @@ async def deploy(
 
 @router.get("")
 async def list_deployments(svc: Svc) -> list[DeploymentOut]:
-    return [_out(d) for d in await svc.store.list_deployments()]
+    return [_out(svc, d) for d in await svc.store.list_deployments()]
 
 
 @router.post("", status_code=201)
@@ -110,12 +124,12 @@ async def create_deployment(body: DeploymentCreate, svc: Svc) -> DeploymentOut:
         raise Conflict(f"Chat deployment {body.slug!r} exists; PATCH it", field="slug")
     settings = DeploymentSettings.model_validate(body.model_dump(exclude={"password"}))
     password_hash = hash_password(body.password) if body.password else None
-    return _out(await deploy(svc, settings, password_hash))
+    return _out(svc, await deploy(svc, settings, password_hash))
 
 
 @router.get("/{slug}")
 async def get_deployment(slug: str, svc: Svc) -> DeploymentOut:
-    return _out(await deployment_or_404(svc, slug))
+    return _out(svc, await deployment_or_404(svc, slug))
 
 
 @router.patch("/{slug}")
@@ -123,7 +137,7 @@ async def update_deployment(slug: str, update: DeploymentUpdate, svc: Svc) -> De
     """Change settings; also re-snapshots the agent, like a redeploy."""
     stored = await deployment_or_404(svc, slug)
     password_hash = hash_password(update.password) if update.password else stored.password_hash
-    return _out(await deploy(svc, stored.settings.updated(update), password_hash))
+    return _out(svc, await deploy(svc, stored.settings.updated(update), password_hash))
 
 
 @router.post("/{slug}/redeploy")
@@ -131,7 +145,7 @@ async def redeploy(slug: str, svc: Svc) -> DeploymentOut:
     """Pick up the agent's current model, tools and instructions (or the workflow's
     current definition)."""
     stored = await deployment_or_404(svc, slug)
-    return _out(await deploy(svc, stored.settings, stored.password_hash))
+    return _out(svc, await deploy(svc, stored.settings, stored.password_hash))
 
 
 @router.delete("/{slug}", status_code=204)

@@ -61,6 +61,7 @@ PUBLIC_ERRORS = {
     "interrupted": "The server restarted while answering; please try again.",
 }
 """What a public client reads for these endings; timeouts and cancels say their own."""
+WAITING_FOR_APPROVAL = "The answer is waiting for an approval."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +151,14 @@ class ChatBlock:
         }
         return [frame | {"status": status}] if phase == "end" else [frame]
 
+    def approval_required(self, call_id: str, name: str) -> list[Frame]:
+        """The answer waits for a person to approve a tool call: said to clients that speak
+        the protocol; which call, only where tool frames are shown. Never its arguments."""
+        if not self.policy.protocol_v1:
+            return []
+        frame: Frame = {"blockId": self.block_id, "event": "approval_required"}
+        return [frame | {"id": call_id, "name": name} if self.policy.tools else frame]
+
     def _thinking(self, segment: int, text: str) -> list[Frame]:
         """Within the block's cap; a new segment starts a new paragraph."""
         if self.thinking_segment not in (0, segment):
@@ -169,6 +178,17 @@ def final_frame(policy: ChatPolicy, conversation_id: str, output: Frame) -> Fram
         "success": True,
         "conversationId": conversation_id,
         "output": {k: v for k, v in output.items() if k in policy.outputs},
+    }
+    return {"event": "final", "data": data}
+
+
+def _awaiting_approval_frame(policy: ChatPolicy, conversation_id: str) -> Frame:
+    """The terminal envelope of a run that paused: no answer yet, and no failure either."""
+    data = {
+        "success": False,
+        "awaitingApproval": True,
+        "error": policy.shown(WAITING_FOR_APPROVAL),
+        "conversationId": conversation_id,
     }
     return {"event": "final", "data": data}
 
@@ -219,18 +239,14 @@ class ChatView:
                 return [final_frame(self.policy, self.conversation_id, output)]
             case RunFailed(status=status, message=message):
                 return [error_frame(self.policy, status, message)]
+            case ApprovalRequested(call_id=call_id, tool_name=name):
+                return block.approval_required(call_id, name)
             case RunPaused():
-                data = {
-                    "success": False,
-                    "error": "The answer is waiting for an approval",
-                    "conversationId": self.conversation_id,
-                }
-                return [{"event": "final", "data": data}]
+                return [_awaiting_approval_frame(self.policy, self.conversation_id)]
             case (
                 ReasoningSummary()
                 | RunStarted()
                 | StepCompleted()
-                | ApprovalRequested()
                 | ContextHandlerCreated()
                 | DelegationStarted()
                 | EntityChunk()

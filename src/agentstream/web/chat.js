@@ -44,6 +44,11 @@ class AssistantMessage extends Panels {
     return this.blocks.get(id);
   }
   fail(text) { this.root.append(element("p", "error", text)); }
+  // No answer yet: a person has to approve a tool call first. Nothing spins meanwhile.
+  waiting(text) {
+    this.awaitApproval();
+    this.root.append(element("p", "waiting", text));
+  }
 }
 
 // Server-Sent Events from a fetch body: frames end at a blank line; comment lines are skipped.
@@ -72,12 +77,15 @@ function handle(frame, message) {
     case "chunk_reset": return message.reset(frame.blockId);
     case "thinking": return message.thinking(frame.data);
     case "tool": return message.tool(frame);
+    case "approval_required": return message.awaitApproval(frame.id);
     case "error": return message.fail(frame.error);
     case "final":
       if (frame.data.conversationId) {
         conversationId = frame.data.conversationId;
         sessionStorage.setItem(conversationKey, conversationId);
       }
+      if (frame.data.awaitingApproval) return message.waiting(frame.data.error);
+      if (!frame.data.success && frame.data.error) return message.fail(frame.data.error);
       return;
   }
 }

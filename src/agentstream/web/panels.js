@@ -45,4 +45,9 @@ class Panels {
     }
     item.dataset.status = frame.phase === "start" ? "running" : frame.status || "success";
   }
+  // The tool call `id` (or, unnamed, every running one) waits for a person's decision.
+  awaitApproval(id) {
+    const selector = id === undefined ? '.tool[data-status="running"]' : `.tool[data-id="${CSS.escape(id)}"]`;
+    for (const item of this.root.querySelectorAll(selector)) item.dataset.status = "awaiting_approval";
+  }
 }
