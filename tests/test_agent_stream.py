@@ -45,9 +45,9 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
 
     assert ids[0] == 1
     assert ids == sorted(set(ids)), "every frame carries its seq, increasing"
-    for frame in frames:
-        model = type(NativeFrameAdapter.validate_python(frame))
-        assert set(frame) == set(model.model_fields), "exactly the documented keys"
+    for seq, frame in zip(ids, frames, strict=True):
+        model = type(NativeFrameAdapter.validate_python({"seq": seq, **frame}))
+        assert {"seq", *frame} == set(model.model_fields), "exactly the documented keys"
     start, complete = frames[0], frames[-1]
     run_id, session_id = start["run_id"], start["session_id"]
     assert run_id.startswith("run_")
@@ -66,6 +66,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             'I should not guess, so I will call calculator with {"expression": "17 * 23"}.',
         },
         {"event": "content_delta", "delta": "Let me use the calculator tool."},
+        {"event": "preamble", "step": 1, "text": "Let me use the calculator tool."},
         {
             "event": "tool_call",
             "tool_call_id": "call_2_1",
@@ -90,7 +91,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             "event": "reasoning",
             "text": "I have the tool results now, so I can answer directly from them.",
         },
-        {"event": "content_delta", "delta": "The answer is 391."},
+        {"event": "content_delta", "delta": "\n\nThe answer is 391."},
         {"event": "reasoning_summary", "summary": "Answered from the tool results."},
         {"event": "step_completed", "step": 2},
         {

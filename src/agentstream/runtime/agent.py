@@ -1,7 +1,9 @@
 """The agent loop: model turn, tool calls, results, next turn, until an answer or the step limit.
 
-Text streamed in a turn that ends in tool calls was preamble: it is retracted, and never
-enters the answer, the memory or the store.
+Text streamed in a turn that ends in tool calls was preamble: it never enters the answer
+or the memory. It is retracted on answer-only surfaces and recorded with its step (so the
+native record keeps what native clients saw); where all of a run's text is shown, a later
+step's text is set apart from an earlier step's by ``STEP_SEPARATOR``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import TypeAdapter
 from agentstream.agents import AgentSpec
 from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
+    STEP_SEPARATOR,
     ApprovalRequested,
     Reasoning,
     ReasoningDelta,
@@ -99,6 +102,8 @@ class AgentState:
     """What this run adds to its session: the user message, tool exchanges, the answer."""
     step: int = 1
     pending: PendingTurn | None = None
+    streamed_text: bool = False
+    """An earlier step streamed text: the next step's text starts with a separator."""
 
     @classmethod
     def begin(cls, agent: AgentSpec, history: Sequence[Message], message: str) -> AgentState:
@@ -158,15 +163,17 @@ async def run_agent(
                 reasoning=reasoning,
                 settings=agent.model_settings,
             )
-            turn = await _model_turn(ctx, step, model, request)
+            separator = STEP_SEPARATOR if state.streamed_text else ""
+            turn = await _model_turn(ctx, step, model, request, separator)
             text = "".join(turn.text)
+            state.streamed_text = state.streamed_text or bool(text)
             if not turn.calls:
                 await ctx.emit(Text, step=step, text=text)
                 await _end_step(ctx, step, turn.summary)
                 answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
                 return AgentAnswer(content=text, memory=[*state.memory, answer])
             if text:
-                await ctx.emit(TextRetracted, step=step)
+                await ctx.emit(TextRetracted, step=step, text=text)
             calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
             assistant = Message(
                 role="assistant",
@@ -211,9 +218,11 @@ async def run_agent(
     )
 
 
-async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRequest) -> _Turn:
-    """Stream one turn, forwarding deltas live. On cancel, closing the iterator closes the
-    provider's stream."""
+async def _model_turn(
+    ctx: RunContext, step: int, model: Model, request: ModelRequest, separator: str
+) -> _Turn:
+    """Stream one turn, forwarding deltas live, the first text delta with ``separator``. On
+    cancel, closing the iterator closes the provider's stream."""
     turn = _Turn()
     async with aclosing(model.stream(request)) as parts:
         async for part in parts:
@@ -223,8 +232,13 @@ async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRe
                     await ctx.emit(ReasoningDelta, step=step, delta=delta)
                 case TextPart(delta):
                     await _settle_reasoning(ctx, step, turn)
+                    await ctx.emit(
+                        TextDelta,
+                        step=step,
+                        delta=delta,
+                        separator="" if turn.text else separator,
+                    )
                     turn.text.append(delta)
-                    await ctx.emit(TextDelta, step=step, delta=delta)
                 case ToolCallStartPart(call_id, name):
                     await _settle_reasoning(ctx, step, turn)
                     turn.calls[call_id] = (name, [])
