@@ -178,6 +178,23 @@ def test_replay_is_the_stream_without_deltas(server: LiveServer) -> None:
     assert run["finished_at"] >= run["created_at"]
 
 
+def test_the_record_gives_back_the_text_a_client_assembled_live(server: LiveServer) -> None:
+    """Joining the content_delta frames gives each step's text in turn, a later one after a
+    blank line; the record has the same per step: the preambles, then the answer."""
+    _, frames = stream_frames(server, "demo", {"message": "What is 6 × 7? And the time?"})
+    with server.client() as client:
+        run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+
+    live = "".join(f["delta"] for f in frames if f["event"] == "content_delta")
+    preamble = "Let me use the calculator and the current_time tool."
+    assert live.startswith(f"{preamble}\n\nThe answer is 42. The current time is ")
+    assert [(e["step"], e["text"]) for e in run["events"] if e["event"] == "preamble"] == [
+        (1, preamble)
+    ]
+    assert run["content"] == frames[-1]["content"] == live.removeprefix(f"{preamble}\n\n")
+    assert "\n\n".join([preamble, run["content"]]) == live
+
+
 def test_session_continues_the_conversation(server: LiveServer) -> None:
     _, first = stream_frames(server, "demo", {"message": "What is 12 * 12?"})
     session_id = first[0]["session_id"]

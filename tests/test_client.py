@@ -124,10 +124,10 @@ def test_iter_resume_replays_a_finished_run(server: LiveServer) -> None:
         live = list(client.iter_events("demo", QUESTION))
         run_id = live[0].run_id if live[0].event == "start" else ""
         assert list(client.iter_resume(run_id)) == live
-        # ``after`` is a seq (the SSE id); the stored run's events carry theirs.
-        last_seq = client.get_run(run_id)["events"][-1]["seq"]
-        assert list(client.iter_resume(run_id, after=last_seq - 1)) == live[-1:]
-        assert list(client.iter_resume(run_id, after=last_seq)) == []
+        # Every frame carries its seq: resuming after one gives exactly the frames after it.
+        for index in (0, len(live) // 2, len(live) - 2):
+            assert list(client.iter_resume(run_id, after=live[index].seq)) == live[index + 1 :]
+        assert list(client.iter_resume(run_id, after=live[-1].seq)) == []
 
 
 def test_async_client_streams_and_runs(server: LiveServer) -> None:

@@ -344,7 +344,7 @@ def replay(
     console.print(Text.assemble(("you> ", "bold cyan"), stored["input"]), soft_wrap=True)
     renderer = StreamRenderer(console)
     for event in stored["events"]:
-        frame = parse_frame({k: v for k, v in event.items() if k != "seq"})
+        frame = parse_frame(event)
         if frame is not None:
             renderer.feed(frame)
     renderer.close()
