@@ -78,7 +78,9 @@ class StreamRenderer:
                 self._reasoning_streamed = False
                 self._end_line()
             case native.ContentDeltaFrame():
-                self._write(frame.delta, "content")
+                # A later step's text starts with a blank line; here it starts a line anyway.
+                fresh = self._open != "content"
+                self._write(frame.delta.lstrip("\n") if fresh else frame.delta, "content")
                 self._step_text = True
             case native.ChunkFrame() | native.CompleteFrame() if not self._step_text:
                 self._write(frame.content, "content")
