@@ -284,7 +284,8 @@ class DelegationStarted(_EntityScoped):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EntityChunk(_EntityScoped):
-    """A piece of an entity's answer text, live."""
+    """A piece of an entity's text, live: its deltas, each step's set apart as the native
+    surface does (``TextDelta.separator``)."""
 
     persisted: ClassVar[bool] = False
     type: Literal["entity_chunk"] = "entity_chunk"

@@ -3,10 +3,10 @@
 An agent with ``delegates`` gets a ``delegate_to_<entity>`` tool for each. A call starts the
 entity as a run of its own (recorded, replayable, cancellable by id), forwards its text live
 into the coordinator's run (and records it there whole once the entity ends, for replay),
-and returns its answer as the tool's result, which
-the coordinator's model reads to synthesise. Calls made in one turn run concurrently, like
-every tool call. Cancelling the coordinator cancels each entity run and waits for it to
-record its ending, so no entity outlives its coordinator.
+and returns its answer as the tool's result, which the coordinator's model reads to
+synthesise. Calls made in one turn run concurrently, like every tool call. Cancelling the
+coordinator cancels each entity run and waits for it to record its ending, so no entity
+outlives its coordinator.
 """
 
 from __future__ import annotations
@@ -108,8 +108,7 @@ def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> To
 async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
     started = await runs.start(entity, task)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
-    said: list[str] = []
-    """The entity's text as forwarded, for its ``EntityText``."""
+    said: list[str] = []  # the entity's text as forwarded, recorded whole in ``EntityText``
 
     async def forward(event: BaseEvent) -> None:
         match event:
