@@ -12,7 +12,18 @@ from typing import Any
 import anyio
 import pytest
 
-from agentstream.providers.base import Message
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import (
+    Message,
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
 from conftest import LiveServer, make_settings, serve, stream_frames
@@ -248,3 +259,48 @@ def test_memory_holds_no_preamble(server: LiveServer) -> None:
         ("assistant", "The answer is 64."),
     ]
     assert messages[1].tool_calls[0].arguments == {"expression": "8 * 8"}
+
+
+def same_id_each_turn(request: ModelRequest) -> list[ModelPart]:
+    """A model that numbers its calls per turn: its second turn's call reuses the first's id."""
+    done = sum(m.role == "tool" for m in request.messages)
+    if done == 2:
+        return [TextPart("Both done."), TurnEndPart("end_turn")]
+    return [
+        ToolCallStartPart("call_0", "calculator"),
+        ToolCallArgsPart("call_0", f'{{"expression": "{done} + 1"}}'),
+        ToolCallEndPart("call_0"),
+        TurnEndPart("tool_calls"),
+    ]
+
+
+def test_tool_call_ids_are_unique_in_a_run_and_the_model_gets_its_own_back(
+    tmp_path: Path,
+) -> None:
+    seen: list[ModelRequest] = []
+
+    def model(request: ModelRequest) -> list[ModelPart]:
+        seen.append(request)
+        return same_id_each_turn(request)
+
+    agent = AgentSpec(id="counter", model="per-turn-ids", tools=["calculator"])
+    with serve(
+        make_settings(tmp_path), models=[ScriptedModel("per-turn-ids", model)], agents=[agent]
+    ) as live:
+        _, frames = stream_frames(live, "counter", {"message": "go"})
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+
+    calls = [(f["event"], f["tool_call_id"]) for f in frames if "tool_call_id" in f]
+    assert calls == [
+        ("tool_call", "call_0"),
+        ("tool_result", "call_0"),
+        ("tool_call", "call_0-2"),
+        ("tool_result", "call_0-2"),
+    ]
+    assert [(c["id"], c["result"]) for c in run["tool_calls"]] == [("call_0", 1), ("call_0-2", 2)]
+    history = seen[-1].messages
+    assert [c.id for m in history for c in m.tool_calls] == ["call_0", "call_0"]
+    assert [m.tool_call_id for m in history if m.role == "tool"] == ["call_0", "call_0"], (
+        "each result answers the id the model gave"
+    )

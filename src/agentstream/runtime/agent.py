@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -89,8 +89,10 @@ class PendingTurn:
     assistant: Message
     """The assistant message that made the calls (with its provider state)."""
     calls: list[tuple[RequestedToolCall, str | None]]
-    """Each call, and why its arguments are unusable if they are."""
+    """Each call under its id in the run, and why its arguments are unusable if they are."""
     summary: str | None = None
+    provider_ids: dict[str, str] = field(default_factory=dict)
+    """The id the model gave a call, by the call's id in the run, where the two differ."""
 
 
 @dataclass(slots=True)
@@ -104,6 +106,8 @@ class AgentState:
     pending: PendingTurn | None = None
     streamed_text: bool = False
     """An earlier step streamed text: the next step's text starts with a separator."""
+    call_ids: list[str] = field(default_factory=list)
+    """The tool call ids this run has used, so that each is used once."""
 
     @classmethod
     def begin(cls, agent: AgentSpec, history: Sequence[Message], message: str) -> AgentState:
@@ -180,7 +184,8 @@ async def run_agent(
                 tool_calls=tuple(call for call, _ in calls),
                 provider_state=turn.provider_state,
             )
-            pending = PendingTurn(step, assistant, calls, turn.summary)
+            calls, provider_ids = _ids_in_run(state, calls)
+            pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
             for call, _ in calls:
                 await ctx.emit(
                     ToolCall,
@@ -204,7 +209,11 @@ async def run_agent(
             ctx.open_tool_calls[call.id] = (step, call.name)
         outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
         exchange = [pending.assistant] + [
-            Message(role="tool", content=_for_model(outcome), tool_call_id=call.id)
+            Message(
+                role="tool",
+                content=_for_model(outcome),
+                tool_call_id=pending.provider_ids.get(call.id, call.id),
+            )
             for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
         ]
         state.messages += exchange
@@ -281,6 +290,30 @@ def _parse_call(call_id: str, name: str, pieces: list[str]) -> tuple[RequestedTo
     if not isinstance(arguments, dict):
         return RequestedToolCall(id=call_id, name=name, arguments={}), "Arguments must be an object"
     return RequestedToolCall(id=call_id, name=name, arguments=arguments), None
+
+
+def _ids_in_run(
+    state: AgentState, calls: list[tuple[RequestedToolCall, str | None]]
+) -> tuple[list[tuple[RequestedToolCall, str | None]], dict[str, str]]:
+    """The calls under ids used once in the run, and the model's own id of each renamed one.
+
+    A model may give a call the id of an earlier turn's (some number their calls per turn);
+    its events, approvals and viewers need one id per call, the model its own id back.
+    """
+    used = set(state.call_ids)
+    renamed: list[tuple[RequestedToolCall, str | None]] = []
+    provider_ids: dict[str, str] = {}
+    for call, error in calls:
+        run_id, copy = call.id, 1
+        while run_id in used:
+            copy += 1
+            run_id = f"{call.id}-{copy}"
+        used.add(run_id)
+        state.call_ids.append(run_id)
+        if run_id != call.id:
+            provider_ids[run_id] = call.id
+        renamed.append((replace(call, id=run_id), error))
+    return renamed, provider_ids
 
 
 async def _call_tools(
