@@ -173,21 +173,24 @@ def read_events(response: httpx.Response) -> list[ServerSentEvent]:
 
 
 def run_events(live: LiveServer, agent: str, body: dict[str, Any]) -> list[ServerSentEvent]:
-    """POST a run and read its whole stream, event by event."""
+    """POST a run and read its whole stream, event by event (``data:`` lines only)."""
     with (
         live.client() as client,
         client.stream("POST", f"/api/agents/{agent}/run/stream", json=body) as response,
     ):
         assert response.status_code == 200, response.read()
-        return read_events(response)
+        events = read_events(response)
+    assert all(e.id is None for e in events), "a POST stream has no id: lines"
+    return events
 
 
 def stream_frames(
     live: LiveServer, agent: str, body: dict[str, Any]
 ) -> tuple[list[int], list[dict[str, Any]]]:
-    """POST a run and read its whole stream: the ``id`` of each frame and its JSON."""
-    events = run_events(live, agent, body)
-    return [int(e.id or 0) for e in events], [e.json() for e in events]
+    """POST a run and read its whole stream: the ``seq`` of each frame, and its JSON less
+    the seq (so whole streams compare without it)."""
+    frames = [e.json() for e in run_events(live, agent, body)]
+    return [frame.pop("seq") for frame in frames], frames
 
 
 POSTGRES_ADMIN_URL = os.environ.get(

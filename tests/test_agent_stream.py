@@ -12,7 +12,18 @@ from typing import Any
 import anyio
 import pytest
 
-from agentstream.providers.base import Message
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import (
+    Message,
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
 from conftest import LiveServer, make_settings, serve, stream_frames
@@ -45,9 +56,9 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
 
     assert ids[0] == 1
     assert ids == sorted(set(ids)), "every frame carries its seq, increasing"
-    for frame in frames:
-        model = type(NativeFrameAdapter.validate_python(frame))
-        assert set(frame) == set(model.model_fields), "exactly the documented keys"
+    for seq, frame in zip(ids, frames, strict=True):
+        model = type(NativeFrameAdapter.validate_python({"seq": seq, **frame}))
+        assert {"seq", *frame} == set(model.model_fields), "exactly the documented keys"
     start, complete = frames[0], frames[-1]
     run_id, session_id = start["run_id"], start["session_id"]
     assert run_id.startswith("run_")
@@ -66,6 +77,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             'I should not guess, so I will call calculator with {"expression": "17 * 23"}.',
         },
         {"event": "content_delta", "delta": "Let me use the calculator tool."},
+        {"event": "preamble", "step": 1, "text": "Let me use the calculator tool."},
         {
             "event": "tool_call",
             "tool_call_id": "call_2_1",
@@ -90,7 +102,7 @@ def test_tool_run_streams_every_event_in_order(server: LiveServer) -> None:
             "event": "reasoning",
             "text": "I have the tool results now, so I can answer directly from them.",
         },
-        {"event": "content_delta", "delta": "The answer is 391."},
+        {"event": "content_delta", "delta": "\n\nThe answer is 391."},
         {"event": "reasoning_summary", "summary": "Answered from the tool results."},
         {"event": "step_completed", "step": 2},
         {
@@ -177,6 +189,23 @@ def test_replay_is_the_stream_without_deltas(server: LiveServer) -> None:
     assert run["finished_at"] >= run["created_at"]
 
 
+def test_the_record_gives_back_the_text_a_client_assembled_live(server: LiveServer) -> None:
+    """Joining the content_delta frames gives each step's text in turn, a later one after a
+    blank line; the record has the same per step: the preambles, then the answer."""
+    _, frames = stream_frames(server, "demo", {"message": "What is 6 × 7? And the time?"})
+    with server.client() as client:
+        run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+
+    live = "".join(f["delta"] for f in frames if f["event"] == "content_delta")
+    preamble = "Let me use the calculator and the current_time tool."
+    assert live.startswith(f"{preamble}\n\nThe answer is 42. The current time is ")
+    assert [(e["step"], e["text"]) for e in run["events"] if e["event"] == "preamble"] == [
+        (1, preamble)
+    ]
+    assert run["content"] == frames[-1]["content"] == live.removeprefix(f"{preamble}\n\n")
+    assert "\n\n".join([preamble, run["content"]]) == live
+
+
 def test_session_continues_the_conversation(server: LiveServer) -> None:
     _, first = stream_frames(server, "demo", {"message": "What is 12 * 12?"})
     session_id = first[0]["session_id"]
@@ -230,3 +259,48 @@ def test_memory_holds_no_preamble(server: LiveServer) -> None:
         ("assistant", "The answer is 64."),
     ]
     assert messages[1].tool_calls[0].arguments == {"expression": "8 * 8"}
+
+
+def same_id_each_turn(request: ModelRequest) -> list[ModelPart]:
+    """A model that numbers its calls per turn: its second turn's call reuses the first's id."""
+    done = sum(m.role == "tool" for m in request.messages)
+    if done == 2:
+        return [TextPart("Both done."), TurnEndPart("end_turn")]
+    return [
+        ToolCallStartPart("call_0", "calculator"),
+        ToolCallArgsPart("call_0", f'{{"expression": "{done} + 1"}}'),
+        ToolCallEndPart("call_0"),
+        TurnEndPart("tool_calls"),
+    ]
+
+
+def test_tool_call_ids_are_unique_in_a_run_and_the_model_gets_its_own_back(
+    tmp_path: Path,
+) -> None:
+    seen: list[ModelRequest] = []
+
+    def model(request: ModelRequest) -> list[ModelPart]:
+        seen.append(request)
+        return same_id_each_turn(request)
+
+    agent = AgentSpec(id="counter", model="per-turn-ids", tools=["calculator"])
+    with serve(
+        make_settings(tmp_path), models=[ScriptedModel("per-turn-ids", model)], agents=[agent]
+    ) as live:
+        _, frames = stream_frames(live, "counter", {"message": "go"})
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+
+    calls = [(f["event"], f["tool_call_id"]) for f in frames if "tool_call_id" in f]
+    assert calls == [
+        ("tool_call", "call_0"),
+        ("tool_result", "call_0"),
+        ("tool_call", "call_0-2"),
+        ("tool_result", "call_0-2"),
+    ]
+    assert [(c["id"], c["result"]) for c in run["tool_calls"]] == [("call_0", 1), ("call_0-2", 2)]
+    history = seen[-1].messages
+    assert [c.id for m in history for c in m.tool_calls] == ["call_0", "call_0"]
+    assert [m.tool_call_id for m in history if m.role == "tool"] == ["call_0", "call_0"], (
+        "each result answers the id the model gave"
+    )

@@ -86,6 +86,7 @@ def test_approving_continues_the_run(live: LiveServer) -> None:
         "complete",
     ]
     assert rest[0] == {
+        "seq": rest[0]["seq"],
         "event": "tool_result",
         "tool_call_id": call_id,
         "tool_name": "calculator",
@@ -93,6 +94,8 @@ def test_approving_continues_the_run(live: LiveServer) -> None:
         "status": "success",
     }
     assert rest[-1]["content"] == "The answer is 42."
+    text = "".join(f["delta"] for f in rest if f["event"] == "content_delta")
+    assert text == "\n\nThe answer is 42.", "set apart from the preamble across the pause"
     with live.client() as client:
         run = client.get(f"/api/agents/runs/{run_id}").json()
     assert run["status"] == "completed"

@@ -287,15 +287,18 @@ def test_the_result_is_not_redacted_when_no_redacted_block_ran() -> None:
     assert frames[-1]["data"] == {"result": "ann@example.com"}
 
 
-def test_frames_encode_as_sse_with_the_event_id() -> None:
+def test_frames_encode_as_data_lines_with_the_event_id_inside() -> None:
+    """A POST stream is ``data:`` lines only, the position in ``eventId``; a GET stream also
+    has ``id:`` lines, for EventSource."""
     e = Events()
     start = e(WorkflowStart, workflow_id="wf")
     (started,) = render([start])
-    text = encode_events([start], CanvasView(workflow_id="wf").frames)
-    assert text.startswith(b"id: 1\ndata: {")
-    (event,) = SSEDecoder().feed(text)
-    assert event.id == "1"
-    assert event.json() == started
+    posted = encode_events([start], CanvasView(workflow_id="wf").frames)
+    followed = encode_events([start], CanvasView(workflow_id="wf").frames, ids=True)
+    assert posted.startswith(b"data: {")
+    assert followed == b"id: 1\n" + posted
+    (event,) = SSEDecoder().feed(posted)
+    assert (event.id, event.json(), started["eventId"]) == (None, started, 1)
 
 
 secret = st.integers(0, 10**6).map(lambda n: f"ARG{n}x")

@@ -46,6 +46,8 @@ def test_run_renders_tools_and_answer(server: LiveServer) -> None:
     tool_line = lines.index("⚙ calculator(expression='17 * 23')")
     assert lines[tool_line + 1] == "  ✓ 391"
     assert "The answer is 391." in lines[tool_line + 2 :]
+    answer = lines.index("The answer is 391.")
+    assert lines[answer - 1].startswith("💭 "), "no blank lines from the step separator"
     assert any(line.startswith("💭 ") and "calculator" in line for line in lines[:tool_line])
     with Client(server.url, server.key) as client:
         stored = client.get_run(footer_run_id(result.output))

@@ -40,6 +40,7 @@ EXPECTED_SHAPE = [
     "reasoning_delta",
     "reasoning",
     "content_delta",
+    "preamble",
     "tool_call",
     "tool_result",
     "reasoning_summary",
@@ -123,10 +124,10 @@ def test_iter_resume_replays_a_finished_run(server: LiveServer) -> None:
         live = list(client.iter_events("demo", QUESTION))
         run_id = live[0].run_id if live[0].event == "start" else ""
         assert list(client.iter_resume(run_id)) == live
-        # ``after`` is a seq (the SSE id); the stored run's events carry theirs.
-        last_seq = client.get_run(run_id)["events"][-1]["seq"]
-        assert list(client.iter_resume(run_id, after=last_seq - 1)) == live[-1:]
-        assert list(client.iter_resume(run_id, after=last_seq)) == []
+        # Every frame carries its seq: resuming after one gives exactly the frames after it.
+        for index in (0, len(live) // 2, len(live) - 2):
+            assert list(client.iter_resume(run_id, after=live[index].seq)) == live[index + 1 :]
+        assert list(client.iter_resume(run_id, after=live[-1].seq)) == []
 
 
 def test_async_client_streams_and_runs(server: LiveServer) -> None:
@@ -249,11 +250,11 @@ def test_api_key_defaults_to_env_then_demo_key_file(
 # --- canned streams --------------------------------------------------------------------
 
 CANNED = (
-    b'id: 1\ndata: {"event":"start","run_id":"run_1","session_id":"ses_1"}\n\n'
+    b'id: 1\ndata: {"seq":1,"event":"start","run_id":"run_1","session_id":"ses_1"}\n\n'
     b": keepalive\n\n"
-    b'id: 2\ndata: {"event":"from_a_newer_server","entity":"x","task":"y"}\n\n'
-    b'id: 3\r\ndata: {"event":"content_delta","delta":"Hi"}\r\n\r\n'
-    b'id: 4\ndata: {"event":"complete","run_id":"run_1","content":"Hi",'
+    b'id: 2\ndata: {"seq":2,"event":"from_a_newer_server","entity":"x","task":"y"}\n\n'
+    b'id: 3\r\ndata: {"seq":3,"event":"content_delta","delta":"Hi"}\r\n\r\n'
+    b'id: 4\ndata: {"seq":4,"event":"complete","run_id":"run_1","content":"Hi",'
     b'"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}\n\n'
 )
 
@@ -312,11 +313,11 @@ def test_a_stream_that_ends_early_is_incomplete() -> None:
 def test_accumulator_lets_a_chunk_replace_its_steps_deltas() -> None:
     accumulator = RunAccumulator()
     stream: list[dict[str, Any]] = [
-        {"event": "step_started", "step": 1},
-        {"event": "content_delta", "delta": "Hel"},
-        {"event": "content_delta", "delta": "lo"},
-        {"event": "chunk", "content": "Hello"},
-        {"event": "error", "message": "boom", "status": "timeout"},
+        {"seq": 1, "event": "step_started", "step": 1},
+        {"seq": 2, "event": "content_delta", "delta": "Hel"},
+        {"seq": 3, "event": "content_delta", "delta": "lo"},
+        {"seq": 4, "event": "chunk", "content": "Hello"},
+        {"seq": 5, "event": "error", "message": "boom", "status": "timeout"},
     ]
     for data in stream:
         frame = parse_frame(data)

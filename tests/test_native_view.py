@@ -13,6 +13,7 @@ from agentstream.events import (
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
+    EntityText,
     EventAdapter,
     Reasoning,
     ReasoningDelta,
@@ -47,7 +48,14 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
         {"event": "reasoning_summary", "summary": "short"},
     ),
     (TextDelta(**META, step=1, delta="Hi"), {"event": "content_delta", "delta": "Hi"}),
-    (TextRetracted(**META, step=1), None),
+    (
+        TextDelta(**META, step=2, delta="Then", separator="\n\n"),
+        {"event": "content_delta", "delta": "\n\nThen"},
+    ),
+    (
+        TextRetracted(**META, step=1, text="Let me look."),
+        {"event": "preamble", "step": 1, "text": "Let me look."},
+    ),
     (Text(**META, step=1, text="Hi!"), {"event": "chunk", "content": "Hi!"}),
     (Text(**META, step=2, text="Hi!"), None),
     (
@@ -101,6 +109,10 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
         {"event": "entity_chunk", "entity": "e", "entity_run_id": "run_2", "delta": "Hi"},
     ),
     (
+        EntityText(**META, entity="e", entity_run_id="run_2", text="Hi there"),
+        {"event": "entity_chunk", "entity": "e", "entity_run_id": "run_2", "delta": "Hi there"},
+    ),
+    (
         DelegationCompleted(**META, entity="e", entity_run_id="run_2", status="error", error="no"),
         {
             "event": "delegation_complete",
@@ -116,8 +128,9 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
 
 @pytest.mark.parametrize(("event", "expected"), CASES, ids=[type(e).__name__ for e, _ in CASES])
 def test_frame_shapes(event: BaseEvent, expected: dict[str, Any] | None) -> None:
+    """As stored events are shown (a replay); every frame starts with the event's seq."""
     shown = frame(event)
-    assert shown == expected
+    assert shown == (None if expected is None else {"seq": 7, **expected})
     if shown is not None:
         model = type(NativeFrameAdapter.validate_python(shown))
         assert list(shown) == list(model.model_fields), "the documented keys, in order"
@@ -136,6 +149,16 @@ def test_events_round_trip_through_json(event: BaseEvent) -> None:
     assert EventAdapter.validate_json(dumped) == event
 
 
-def test_only_deltas_and_retractions_are_forwarded_only() -> None:
+def test_only_deltas_are_forwarded_only() -> None:
     forwarded_only = {type(e).__name__ for e, _ in CASES if not type(e).persisted}
-    assert forwarded_only == {"EntityChunk", "ReasoningDelta", "TextDelta", "TextRetracted"}
+    assert forwarded_only == {"EntityChunk", "ReasoningDelta", "TextDelta"}
+
+
+def test_live_viewers_are_not_shown_entity_text_twice() -> None:
+    """Live, the entity's text went out as its entity_chunk deltas; only a replay, which has
+    no deltas, shows the assembled text."""
+    said = EntityText(**META, entity="e", entity_run_id="run_2", text="Hi there")
+    assert frame(said, live=True) is None
+    for event, _ in CASES:
+        if not isinstance(event, EntityText):
+            assert frame(event, live=True) == frame(event)

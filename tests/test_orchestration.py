@@ -32,6 +32,7 @@ from conftest import (
     LiveServer,
     call_wait_then_answer,
     make_settings,
+    read_events,
     serve,
     stream_frames,
     wait,
@@ -134,11 +135,11 @@ def get_run(live: LiveServer, run_id: str) -> dict[str, Any]:
 
 
 def test_parallel_entities_stream_interleaved(live: LiveServer) -> None:
-    _, frames = stream_frames(live, "duo", {"message": "Report in.", "reasoning": False})
+    ids, frames = stream_frames(live, "duo", {"message": "Report in.", "reasoning": False})
 
-    for frame in frames:
-        model = type(NativeFrameAdapter.validate_python(frame))
-        assert set(frame) == set(model.model_fields), "exactly the documented keys"
+    for seq, frame in zip(ids, frames, strict=True):
+        model = type(NativeFrameAdapter.validate_python({"seq": seq, **frame}))
+        assert {"seq", *frame} == set(model.model_fields), "exactly the documented keys"
     assert where(frames, "complete") == [len(frames) - 1], "one complete, last"
     assert max(where(frames, "delegation_start")) < min(where(frames, "delegation_complete")), (
         "both entities run at once"
@@ -337,25 +338,59 @@ def in_tool(live: LiveServer, run_id: str) -> bool:
     return run["status"] == "running" and [c["status"] for c in run["tool_calls"]] == [None]
 
 
-def test_replay_keeps_delegations_but_not_entity_chunks(live: LiveServer) -> None:
-    ids, frames = stream_frames(live, "team", {"message": "What is 6 * 7 and what time is it?"})
+def said(frames: list[Frame]) -> dict[str, str]:
+    """What each delegation's entity said, as a client joining entity_chunk frames has it."""
+    texts: dict[str, str] = {}
+    for frame in frames:
+        if frame["event"] == "entity_chunk":
+            run_id = frame["entity_run_id"]
+            texts[run_id] = texts.get(run_id, "") + frame["delta"]
+    return texts
 
-    run = get_run(live, frames[0]["run_id"])
+
+def test_replay_shows_what_each_entity_said_once(tmp_path: Path) -> None:
+    """Live, each entity's text comes once, as deltas; the record and the replay stream
+    (once the live log is gone: another server on the same store) have it whole, one
+    entity_chunk per delegation, where the delegation's deltas would have been."""
+    question = {"message": "What is 6 * 7 and what time is it?"}
+    with serve(make_settings(tmp_path)) as first:
+        ids, frames = stream_frames(first, "team", question)
+    live_said = said(frames)
+    assert sorted(live_said.values())[0] == "Let me use the calculator tool.\n\nThe answer is 42."
+    assert len(live_said) == 2
+    assert all(text.startswith("Let me use the ") for text in live_said.values())
+
+    run_id = frames[0]["run_id"]
+    with serve(make_settings(tmp_path)) as second:
+        run = get_run(second, run_id)
+        with (
+            second.client() as client,
+            client.stream("GET", f"/api/agents/runs/{run_id}/stream") as response,
+        ):
+            replayed = [sse.json() for sse in read_events(response)]
+        entity_runs = [
+            get_run(second, e["entity_run_id"])
+            for e in run["events"]
+            if e["event"] == "delegation_complete"
+        ]
+
+    assert replayed == run["events"], "the replay stream is the record's events"
+    assert said(run["events"]) == live_said
+    assert [e["event"] for e in run["events"]].count("entity_chunk") == 2
     streamed = [
         {"seq": seq, **frame}
         for seq, frame in zip(ids, frames, strict=True)
         if frame["event"] not in DELTAS
     ]
-    assert run["events"] == streamed
-    assert [e["event"] for e in run["events"]].count("delegation_start") == 2
-    assert [e["event"] for e in run["events"]].count("delegation_complete") == 2
-    assert "entity_chunk" in [f["event"] for f in frames]
+    assert [e for e in run["events"] if e["event"] != "entity_chunk"] == streamed
+    for chunk in (e for e in run["events"] if e["event"] == "entity_chunk"):
+        complete = only(run["events"], "delegation_complete", chunk["entity"])
+        assert chunk["seq"] < complete["seq"], "what it said, then how it ended"
+        assert chunk["delta"].endswith(complete["content"])
     assert run["content"].startswith("mathematician: The answer is 42. timekeeper: The current")
-    for event in run["events"]:
-        if event["event"] == "delegation_complete":
-            entity_run = get_run(live, event["entity_run_id"])
-            assert (entity_run["agent_id"], entity_run["status"]) == (event["entity"], "completed")
-            assert entity_run["content"] == event["content"]
+    for entity_run in entity_runs:
+        complete = only(run["events"], "delegation_complete", entity_run["agent_id"])
+        assert (entity_run["status"], entity_run["content"]) == ("completed", complete["content"])
 
 
 def test_public_chat_shows_delegations_only_as_tool_calls(live: LiveServer) -> None:

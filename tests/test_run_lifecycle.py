@@ -128,7 +128,12 @@ def test_cancel_endpoint_ends_the_stream_with_an_error_frame(slow_server: LiveSe
     assert frames[-2]["status"] == "cancelled"
     assert cancel.status_code == 200
     assert cancel.json() == {"run_id": frames[0]["run_id"], "status": "cancelled"}
-    assert frames[-1] == {"event": "error", "message": "Run cancelled", "status": "cancelled"}
+    assert frames[-1] == {
+        "seq": frames[-1]["seq"],
+        "event": "error",
+        "message": "Run cancelled",
+        "status": "cancelled",
+    }
     with slow_server.client() as client:
         again = client.post(f"/api/agents/runs/{frames[0]['run_id']}/cancel")
     assert again.status_code == 409
@@ -163,26 +168,31 @@ def test_keepalive_comment_fills_silence(slow_server: LiveServer) -> None:
     assert b'"event":"error"' in raw.split(b": keepalive")[-1], "keepalive precedes the end"
 
 
-def test_resume_from_last_event_id(server: LiveServer) -> None:
-    original = run_events(server, "demo", {"message": "What is 3 * 3?"})
-    run_id = original[0].json()["run_id"]
+def test_resume_from_a_frames_seq(server: LiveServer) -> None:
+    """The POST stream has no ``id:`` lines: a client resumes from a frame's ``seq``, and
+    gets exactly the frames after it, each with its seq as ``id:`` for EventSource."""
+    original = [e.json() for e in run_events(server, "demo", {"message": "What is 3 * 3?"})]
+    run_id = original[0]["run_id"]
     middle = original[len(original) // 2]
 
     with (
         server.client() as client,
         client.stream(
-            "GET", f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": middle.id or ""}
+            "GET", f"/api/agents/runs/{run_id}/stream", params={"after": middle["seq"]}
         ) as response,
     ):
         resumed = read_events(response)
 
-    assert resumed == original[len(original) // 2 + 1 :], "live log still holds the deltas"
+    assert [e.json() for e in resumed] == original[len(original) // 2 + 1 :], (
+        "live log still holds the deltas"
+    )
+    assert [e.id for e in resumed] == [str(e.json()["seq"]) for e in resumed]
 
 
 def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Path) -> None:
     with serve(make_settings(tmp_path, run_retention_seconds=0)) as live:
-        original = run_events(live, "demo", {"message": "What is 3 * 3?"})
-        run_id = original[0].json()["run_id"]
+        original = [e.json() for e in run_events(live, "demo", {"message": "What is 3 * 3?"})]
+        run_id = original[0]["run_id"]
         wait_for_status(live, run_id)
         with (
             live.client() as client,
@@ -190,10 +200,9 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
         ):
             resumed = read_events(response)
 
-    persisted = [
-        e for e in original if e.json()["event"] not in ("content_delta", "reasoning_delta")
-    ]
-    assert resumed == [e for e in persisted if int(e.id or 0) > 2]
+    persisted = [f for f in original if f["event"] not in ("content_delta", "reasoning_delta")]
+    assert [e.json() for e in resumed] == [f for f in persisted if f["seq"] > 2]
+    assert [e.id for e in resumed] == [str(e.json()["seq"]) for e in resumed]
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
@@ -332,16 +341,16 @@ def test_a_store_failure_still_ends_the_stream(
 
 
 def test_reconnecting_event_source_resumes_from_its_header(server: LiveServer) -> None:
-    original = run_events(server, "demo", {"message": "What is 3 * 3?"})
-    run_id = original[0].json()["run_id"]
-    last = original[-1].id or ""
+    original = [e.json() for e in run_events(server, "demo", {"message": "What is 3 * 3?"})]
+    run_id = original[0]["run_id"]
+    last = str(original[-1]["seq"])
     url = f"/api/agents/runs/{run_id}/stream?after=0"
     with server.client() as client:
-        with client.stream("GET", url, headers={"Last-Event-ID": original[3].id or ""}) as r:
+        with client.stream("GET", url, headers={"Last-Event-ID": str(original[3]["seq"])}) as r:
             resumed = read_events(r)
         done = client.get(url, headers={"Last-Event-ID": last})
 
-    assert resumed == original[4:], "the header wins over the URL's ?after=0"
+    assert [e.json() for e in resumed] == original[4:], "the header wins over the URL's ?after=0"
     assert done.status_code == 204, "nothing more: an EventSource stops reconnecting"
 
 

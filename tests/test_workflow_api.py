@@ -163,11 +163,18 @@ def stream(
     ):
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        return read_events(response)
+        events = read_events(response)
+    assert all(e.id is None for e in events), "a POST stream has no id: lines"
+    return events
 
 
 def frames_of(events: list[ServerSentEvent]) -> list[dict[str, Any]]:
-    return [e.json() for e in events]
+    """The frames less their ``seq`` (see ``seqs_of``), so whole frames compare without it."""
+    return [{k: v for k, v in e.json().items() if k != "seq"} for e in events]
+
+
+def seqs_of(events: list[ServerSentEvent]) -> list[int]:
+    return [e.json()["seq"] for e in events]
 
 
 def execution(live: LiveServer, execution_id: str) -> dict[str, Any]:
@@ -295,13 +302,13 @@ def test_a_diamond_streams_both_branches_interleaved_and_ends_complete(
     save(live, DIAMOND)
     events = stream(live, "diamond", {"input": "go"})
     frames = frames_of(events)
-    ids = [int(e.id or 0) for e in events]
+    ids = seqs_of(events)
 
     assert ids[0] == 1
-    assert all(a < b for a, b in itertools.pairwise(ids)), "id: seqs strictly increase"
-    for frame in frames:
-        model = type(WorkflowFrameAdapter.validate_python(frame))
-        assert set(frame) == set(model.model_fields), "exactly the documented keys"
+    assert all(a < b for a, b in itertools.pairwise(ids)), "seqs strictly increase"
+    for seq, frame in zip(ids, frames, strict=True):
+        model = type(WorkflowFrameAdapter.validate_python({"seq": seq, **frame}))
+        assert {"seq", *frame} == set(model.model_fields), "exactly the documented keys"
     execution_id = frames[0]["execution_id"]
     assert frames[0] == {
         "event": "workflow_start",
@@ -462,7 +469,11 @@ def test_a_finished_execution_replays_its_persisted_frames(live: LiveServer) -> 
     save(live, DIAMOND)
     events = stream(live, "diamond", {"input": "go"})
     execution_id = events[0].json()["execution_id"]
-    persisted = [(e.id, e.json()) for e in events if e.json()["event"] not in FORWARDED_ONLY]
+    persisted = [
+        (str(f["seq"]), f)
+        for f in map(ServerSentEvent.json, events)
+        if f["event"] not in FORWARDED_ONLY
+    ]
     url = f"/api/workflows/executions/{execution_id}/stream"
     wait_until(lambda: not _in_log(live, url))
 
@@ -561,6 +572,7 @@ def test_cancel_stops_a_running_execution_and_records_it(live: LiveServer) -> No
     result = next(f for f in frames if f["event"] == "tool_result")
     assert (result["block_id"], result["status"]) == ("slow", "cancelled")
     assert frames[-1] == {
+        "seq": frames[-1]["seq"],
         "event": "workflow_error",
         "execution_id": execution_id,
         "error": "Execution cancelled",
@@ -655,8 +667,38 @@ def test_the_demo_workflow_runs_the_demo_agent_twice_at_once(live: LiveServer) -
     assert set(started[1:3]) == {"arithmetic", "clock"}
     calls = [(f["block_id"], f["tool_name"]) for f in frames if f["event"] == "tool_call"]
     assert sorted(calls) == [("arithmetic", "calculator"), ("clock", "current_time")]
+    call_ids = sorted(f["tool_call_id"] for f in frames if f["event"] == "tool_call")
+    assert call_ids == ["arithmetic:call_2_1", "clock:call_2_1"], (
+        "the model numbers calls per run: in the execution each is scoped to its block"
+    )
     assert frames[-1]["event"] == "workflow_complete"
     assert frames[-1]["result"]["report"].startswith("The answer is 391.\n")
+
+
+def test_tool_call_ids_are_unique_in_the_canvas_and_the_chat_of_an_execution(
+    live: LiveServer,
+) -> None:
+    """The two agent blocks of ``demo-parallel`` each make their run's first call, which the
+    offline model numbers alike: the page must still show two tools, not one."""
+    with live.client() as client:
+        canvas = client.post("/api/workflows/demo-parallel/execute", json={"input": "17 * 23"})
+        chat = client.post(
+            "/api/chat/two-questions",
+            json={"input": "17 * 23"},
+            headers={"X-Sim-Stream-Protocol": "agent-events-v1"},
+        )
+    canvas_tools = [
+        (f["data"]["phase"], f["data"]["id"])
+        for f in (e.json() for e in SSEDecoder().feed(canvas.content))
+        if f["type"] == "stream:tool"
+    ]
+    *chat_frames, final, _ = (e.json() for e in SSEDecoder().feed(chat.content))
+    chat_tools = [(f["phase"], f["id"]) for f in chat_frames if f.get("event") == "tool"]
+    expected = ["arithmetic:call_2_1", "clock:call_2_1"]
+    for tools in (canvas_tools, chat_tools):
+        assert sorted(call_id for phase, call_id in tools if phase == "start") == expected
+        assert sorted(call_id for phase, call_id in tools if phase == "end") == expected
+    assert sorted(c["id"] for c in final["data"]["output"]["toolCalls"]) == expected
 
 
 # --- orchestration blocks ------------------------------------------------------------------

@@ -601,11 +601,11 @@ async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycl
     ]
     start, end = recorder.of("block_tool")
     assert (start.call_id, start.name, start.arguments) == (
-        "call_1",
+        "ask:call_1",
         "calculator",
         {"expression": "2+2"},
-    )
-    assert (end.call_id, end.status, end.result) == ("call_1", "success", 4)
+    ), "the model's id, scoped to its block"
+    assert (end.call_id, end.status, end.result) == ("ask:call_1", "success", 4)
     assert result.result == "The answer is 4."
     assert not any(type(e).persisted for e in recorder.events if "delta" in e.type)
 
@@ -768,7 +768,9 @@ async def test_cancelling_an_execution_stops_every_running_block() -> None:
     assert recorder.events[-1].type == "workflow_cancelled"
     assert recorder.events[-1].reason == "Client cancelled request"
     ends = [e for e in recorder.of("block_tool") if e.phase == "end"]
-    assert [(e.block_id, e.call_id, e.status) for e in ends] == [("left", "call_w", "cancelled")]
+    assert [(e.block_id, e.call_id, e.status) for e in ends] == [
+        ("left", "left:call_w", "cancelled")
+    ]
     assert "block_completed" not in recorder.types("left") + recorder.types("right")
     assert recorder.types("join") == []
     assert left.open_streams == right.open_streams == 0

@@ -86,7 +86,9 @@ class StreamRenderer:
                 self._reasoning_streamed = False
                 self._end_line()
             case native.ContentDeltaFrame():
-                self._write(frame.delta, "content")
+                # A later step's text starts with a blank line; here it starts a line anyway.
+                fresh = self._open != "content"
+                self._write(frame.delta.lstrip("\n") if fresh else frame.delta, "content")
                 self._step_text = True
             case native.ChunkFrame() | native.CompleteFrame() if not self._step_text:
                 self._write(frame.content, "content")
@@ -472,7 +474,7 @@ def replay(
     console.print(Text.assemble(("you> ", "bold cyan"), stored["input"]), soft_wrap=True)
     renderer = StreamRenderer(console)
     for event in stored["events"]:
-        frame = parse_frame({k: v for k, v in event.items() if k != "seq"})
+        frame = parse_frame(event)
         if frame is not None:
             renderer.feed(frame)
     renderer.close()

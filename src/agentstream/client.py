@@ -249,8 +249,9 @@ class Client(_BaseClient):
         return self._stream(self._run_request(agent_id, message, session_id, reasoning))
 
     def iter_resume(self, run_id: str, after: int = 0) -> Generator[NativeFrame, None, None]:
-        """Follow a run: its frames after the one whose SSE id (seq) is ``after``, live while
-        it runs, then until it ends. Leaving does not cancel it."""
+        """Follow a run: its frames after the one whose ``seq`` is ``after`` (resume a
+        broken stream with ``after=last_frame.seq``), live while it runs, then until it ends.
+        Leaving does not cancel it."""
         return self._stream(self._resume_request(run_id, after))
 
     def run(

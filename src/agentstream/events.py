@@ -13,12 +13,14 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, TypeAdapter
 
 __all__ = [
+    "STEP_SEPARATOR",
     "ApprovalRequested",
     "BaseEvent",
     "ContextHandlerCreated",
     "DelegationCompleted",
     "DelegationStarted",
     "EntityChunk",
+    "EntityText",
     "Event",
     "EventAdapter",
     "Reasoning",
@@ -140,14 +142,26 @@ class TextDelta(_StepScoped):
     type: Literal["text_delta"] = "text_delta"
     delta: str
     """The new text."""
+    separator: str = ""
+    """What goes before ``delta`` where all of a run's text is shown (the native surface,
+    an entity's chunks): ``STEP_SEPARATOR`` on the first piece of a step's text when an
+    earlier step streamed text too, else empty. Answer-only surfaces ignore it."""
+
+
+STEP_SEPARATOR = "\n\n"
+"""Between two steps' text where all of a run's text is shown, so words do not glue."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextRetracted(_StepScoped):
-    """The turn resolved to tool calls: the text streamed in this step was preamble, not answer."""
+    """The turn resolved to tool calls: the text it streamed was preamble, not answer.
 
-    persisted: ClassVar[bool] = False
+    Answer-only surfaces (public chat, canvas) take that text back. It is persisted with its
+    step, so the native run record keeps what native clients were shown live."""
+
     type: Literal["text_retracted"] = "text_retracted"
+    text: str
+    """The step's preamble, whole (without a ``separator``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,12 +284,24 @@ class DelegationStarted(_EntityScoped):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EntityChunk(_EntityScoped):
-    """A piece of an entity's answer text, live."""
+    """A piece of an entity's text, live: its deltas, each step's set apart as the native
+    surface does (``TextDelta.separator``)."""
 
     persisted: ClassVar[bool] = False
     type: Literal["entity_chunk"] = "entity_chunk"
     delta: str
     """The new text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntityText(_EntityScoped):
+    """All a delegation's ``EntityChunk`` deltas, assembled, once the entity's run ended:
+    what a replay shows of what the entity said. Live viewers had it as the deltas, so they
+    are not shown it again."""
+
+    type: Literal["entity_text"] = "entity_text"
+    text: str
+    """The deltas joined."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,6 +336,7 @@ Event = Annotated[
     | RunFailed
     | DelegationStarted
     | EntityChunk
+    | EntityText
     | DelegationCompleted,
     Field(discriminator="type"),
 ]

@@ -1,7 +1,9 @@
 """The agent loop: model turn, tool calls, results, next turn, until an answer or the step limit.
 
-Text streamed in a turn that ends in tool calls was preamble: it is retracted, and never
-enters the answer, the memory or the store.
+Text streamed in a turn that ends in tool calls was preamble: it never enters the answer
+or the memory. It is retracted on answer-only surfaces and recorded with its step (so the
+native record keeps what native clients saw); where all of a run's text is shown, a later
+step's text is set apart from an earlier step's by ``STEP_SEPARATOR``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ from pydantic import TypeAdapter
 from agentstream.agents import AgentSpec
 from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
+    STEP_SEPARATOR,
     ApprovalRequested,
     Reasoning,
     ReasoningDelta,
@@ -86,8 +89,10 @@ class PendingTurn:
     assistant: Message
     """The assistant message that made the calls (with its provider state)."""
     calls: list[tuple[RequestedToolCall, str | None]]
-    """Each call, and why its arguments are unusable if they are."""
+    """Each call under its id in the run, and why its arguments are unusable if they are."""
     summary: str | None = None
+    provider_ids: dict[str, str] = field(default_factory=dict)
+    """The id the model gave a call, by the call's id in the run, where the two differ."""
 
 
 @dataclass(slots=True)
@@ -99,6 +104,10 @@ class AgentState:
     """What this run adds to its session: the user message, tool exchanges, the answer."""
     step: int = 1
     pending: PendingTurn | None = None
+    streamed_text: bool = False
+    """An earlier step streamed text: the next step's text starts with a separator."""
+    call_ids: list[str] = field(default_factory=list)
+    """The tool call ids this run has used, so that each is used once."""
 
     @classmethod
     def begin(cls, agent: AgentSpec, history: Sequence[Message], message: str) -> AgentState:
@@ -158,22 +167,25 @@ async def run_agent(
                 reasoning=reasoning,
                 settings=agent.model_settings,
             )
-            turn = await _model_turn(ctx, step, model, request)
+            separator = STEP_SEPARATOR if state.streamed_text else ""
+            turn = await _model_turn(ctx, step, model, request, separator)
             text = "".join(turn.text)
+            state.streamed_text = state.streamed_text or bool(text)
             if not turn.calls:
                 await ctx.emit(Text, step=step, text=text)
                 await _end_step(ctx, step, turn.summary)
                 answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
                 return AgentAnswer(content=text, memory=[*state.memory, answer])
             if text:
-                await ctx.emit(TextRetracted, step=step)
+                await ctx.emit(TextRetracted, step=step, text=text)
             calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
             assistant = Message(
                 role="assistant",
                 tool_calls=tuple(call for call, _ in calls),
                 provider_state=turn.provider_state,
             )
-            pending = PendingTurn(step, assistant, calls, turn.summary)
+            calls, provider_ids = _ids_in_run(state, calls)
+            pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
             for call, _ in calls:
                 await ctx.emit(
                     ToolCall,
@@ -197,7 +209,11 @@ async def run_agent(
             ctx.open_tool_calls[call.id] = (step, call.name)
         outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
         exchange = [pending.assistant] + [
-            Message(role="tool", content=_for_model(outcome), tool_call_id=call.id)
+            Message(
+                role="tool",
+                content=_for_model(outcome),
+                tool_call_id=pending.provider_ids.get(call.id, call.id),
+            )
             for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
         ]
         state.messages += exchange
@@ -211,9 +227,11 @@ async def run_agent(
     )
 
 
-async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRequest) -> _Turn:
-    """Stream one turn, forwarding deltas live. On cancel, closing the iterator closes the
-    provider's stream."""
+async def _model_turn(
+    ctx: RunContext, step: int, model: Model, request: ModelRequest, separator: str
+) -> _Turn:
+    """Stream one turn, forwarding deltas live, the first text delta with ``separator``. On
+    cancel, closing the iterator closes the provider's stream."""
     turn = _Turn()
     async with aclosing(model.stream(request)) as parts:
         async for part in parts:
@@ -223,8 +241,13 @@ async def _model_turn(ctx: RunContext, step: int, model: Model, request: ModelRe
                     await ctx.emit(ReasoningDelta, step=step, delta=delta)
                 case TextPart(delta):
                     await _settle_reasoning(ctx, step, turn)
+                    await ctx.emit(
+                        TextDelta,
+                        step=step,
+                        delta=delta,
+                        separator="" if turn.text else separator,
+                    )
                     turn.text.append(delta)
-                    await ctx.emit(TextDelta, step=step, delta=delta)
                 case ToolCallStartPart(call_id, name):
                     await _settle_reasoning(ctx, step, turn)
                     turn.calls[call_id] = (name, [])
@@ -267,6 +290,30 @@ def _parse_call(call_id: str, name: str, pieces: list[str]) -> tuple[RequestedTo
     if not isinstance(arguments, dict):
         return RequestedToolCall(id=call_id, name=name, arguments={}), "Arguments must be an object"
     return RequestedToolCall(id=call_id, name=name, arguments=arguments), None
+
+
+def _ids_in_run(
+    state: AgentState, calls: list[tuple[RequestedToolCall, str | None]]
+) -> tuple[list[tuple[RequestedToolCall, str | None]], dict[str, str]]:
+    """The calls under ids used once in the run, and the model's own id of each renamed one.
+
+    A model may give a call the id of an earlier turn's (some number their calls per turn);
+    its events, approvals and viewers need one id per call, the model its own id back.
+    """
+    used = set(state.call_ids)
+    renamed: list[tuple[RequestedToolCall, str | None]] = []
+    provider_ids: dict[str, str] = {}
+    for call, error in calls:
+        run_id, copy = call.id, 1
+        while run_id in used:
+            copy += 1
+            run_id = f"{call.id}-{copy}"
+        used.add(run_id)
+        state.call_ids.append(run_id)
+        if run_id != call.id:
+            provider_ids[run_id] = call.id
+        renamed.append((replace(call, id=run_id), error))
+    return renamed, provider_ids
 
 
 async def _call_tools(

@@ -1,11 +1,12 @@
 """Orchestration: a coordinator agent whose tools are other agents, its entities.
 
 An agent with ``delegates`` gets a ``delegate_to_<entity>`` tool for each. A call starts the
-entity as a run of its own (recorded, replayable, cancellable by id), forwards its answer
-text live into the coordinator's run, and returns its answer as the tool's result, which
-the coordinator's model reads to synthesise. Calls made in one turn run concurrently, like
-every tool call. Cancelling the coordinator cancels each entity run and waits for it to
-record its ending, so no entity outlives its coordinator.
+entity as a run of its own (recorded, replayable, cancellable by id), forwards its text live
+into the coordinator's run (and records it there whole once the entity ends, for replay),
+and returns its answer as the tool's result, which the coordinator's model reads to
+synthesise. Calls made in one turn run concurrently, like every tool call. Cancelling the
+coordinator cancels each entity run and waits for it to record its ending, so no entity
+outlives its coordinator.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agentstream.events import (
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
+    EntityText,
     FailureStatus,
     RunCompleted,
     RunFailed,
@@ -106,13 +108,20 @@ def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> To
 async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
     started = await runs.start(entity, task)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
+    said: list[str] = []  # the entity's text as forwarded, recorded whole in ``EntityText``
 
     async def forward(event: BaseEvent) -> None:
         match event:
             case RunStarted():
                 await ctx.emit(DelegationStarted, **scope, task=task)
-            case TextDelta(delta=delta):
-                await ctx.emit(EntityChunk, **scope, delta=delta)
+            case TextDelta(delta=delta, separator=separator):
+                said.append(separator + delta)
+                await ctx.emit(EntityChunk, **scope, delta=separator + delta)
+
+    async def settle(**outcome: str) -> None:
+        if said:
+            await ctx.emit(EntityText, **scope, text="".join(said))
+        await ctx.emit(DelegationCompleted, **scope, **outcome)
 
     try:
         ending = await follow_run(
@@ -120,12 +129,12 @@ async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task
         )
     except BaseException:  # cancelled, most likely: follow_run stopped the entity
         with anyio.move_on_after(_STOP_WAIT, shield=True):
-            await ctx.emit(DelegationCompleted, **scope, status="cancelled", error="Run cancelled")
+            await settle(status="cancelled", error="Run cancelled")
         raise
     if ending.status == "completed":
-        await ctx.emit(DelegationCompleted, **scope, status="completed", content=ending.text)
+        await settle(status="completed", content=ending.text)
         return ending.text
-    await ctx.emit(DelegationCompleted, **scope, status=ending.status, error=ending.text)
+    await settle(status=ending.status, error=ending.text)
     raise EntityFailed(f"Agent {entity.spec.id!r} did not answer ({ending.status}): {ending.text}")
 
 

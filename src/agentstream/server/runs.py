@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentstream.errors import Conflict, NotFound
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import follow_or_replay, native
+from agentstream.server.frames import follow_or_replay, native, native_replay
 from agentstream.server.services import Services, services
 from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
@@ -94,7 +94,7 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
         if finished is None
         else round((finished - run.created_at).total_seconds() * 1000),
         approvals=_approvals_out(await svc.store.approvals(run_id)),
-        events=[{"seq": e.seq, **shown} for e in events if (shown := frame(e)) is not None],
+        events=[shown for e in events if (shown := frame(e)) is not None],
     )
 
 
@@ -240,5 +240,10 @@ async def resume_stream(
         return await svc.store.run_events(run_id)
 
     return await follow_or_replay(
-        live, persisted, native, after=start, keepalive=svc.settings.keepalive_seconds
+        live,
+        persisted,
+        native,
+        replay=native_replay,
+        after=start,
+        keepalive=svc.settings.keepalive_seconds,
     )

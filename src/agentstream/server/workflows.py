@@ -160,8 +160,8 @@ async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
 async def run_stream(
     workflow_id: str, svc: Svc, body: Annotated[RunIn | None, Body()] = None
 ) -> Any:
-    """Execute the saved workflow and stream its events, each with ``id: <seq>``.
-    Disconnecting cancels the execution."""
+    """Execute the saved workflow and stream its events: ``data:`` lines only, each frame
+    with its ``seq``. Disconnecting cancels the execution."""
     stored = await workflow_or_404(svc, workflow_id)
     executions = svc.executions
     execution_id = await executions.start(
@@ -197,7 +197,7 @@ async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
     return ExecutionOut(
         **_summary(record),
         definition=record.definition,
-        events=[{"seq": e.seq, **shown} for e in events if (shown := frame(e)) is not None],
+        events=[shown for e in events if (shown := frame(e)) is not None],
     )
 
 

@@ -21,6 +21,7 @@ from agentstream.events import (
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
+    EntityText,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -250,6 +251,7 @@ class ChatView:
                 | ContextHandlerCreated()
                 | DelegationStarted()
                 | EntityChunk()
+                | EntityText()
                 | DelegationCompleted()
             ):
                 pass  # an orchestration's entities work behind its delegation tool calls

@@ -1,8 +1,14 @@
 """The native agent API surface (spec 002 "Agent Streaming Events").
 
 ``frame()`` turns a canonical event into the frame a client receives: a JSON object with
-an ``event`` field and the spec's key fields. The pydantic models below describe the same
-frames for clients (the SDK parses with them) and for the docs.
+an ``event`` field, the spec's key fields, and the event's ``seq`` (where a client resumes
+from: ``GET /api/agents/runs/{run_id}/stream?after=<seq>``). The pydantic models below
+describe the same frames for clients (the SDK parses with them) and for the docs.
+
+What a native client assembles by joining every ``content_delta`` is each step's text in
+turn, a later step's set apart by a blank line (its first delta starts with ``"\n\n"``).
+The record keeps the same per step: a step that went on to call tools has a ``preamble``
+frame, the last step's text is ``complete.content`` (and, in a run of one step, ``chunk``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from agentstream.events import (
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
+    EntityText,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -47,20 +54,24 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-def frame(event: BaseEvent) -> dict[str, Any] | None:
-    """The native frame for an event, or None if this surface does not show it."""
+def frame(event: BaseEvent, *, live: bool = False) -> dict[str, Any] | None:
+    """The native frame for an event, or None if this surface does not show it. ``live``:
+    the event comes from the live log, with its deltas, not from the store (a replay)."""
+    body = _body(event, live)
+    return None if body is None else {"seq": event.seq, **body}
+
+
+def _body(event: BaseEvent, live: bool) -> dict[str, Any] | None:
     match event:
-        case TextDelta(delta=delta):
-            return {"event": "content_delta", "delta": delta}
+        case TextDelta(delta=delta, separator=separator):
+            return {"event": "content_delta", "delta": separator + delta}
         case ReasoningDelta(delta=delta):
             return {"event": "reasoning_delta", "delta": delta}
         case EntityChunk(entity=entity, entity_run_id=entity_run_id, delta=delta):
-            return {
-                "event": "entity_chunk",
-                "entity": entity,
-                "entity_run_id": entity_run_id,
-                "delta": delta,
-            }
+            return _entity_chunk(entity, entity_run_id, delta)
+        case EntityText(entity=entity, entity_run_id=entity_run_id, text=text):
+            # Live, its deltas were the entity_chunk frames; a replay has only this one.
+            return None if live else _entity_chunk(entity, entity_run_id, text)
         case RunStarted(run_id=run_id, session_id=session_id):
             return {"event": "start", "run_id": run_id, "session_id": session_id}
         case StepStarted(step=step):
@@ -73,7 +84,9 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
             # spec: "chunk" is the terminal assembled text of a single-turn generation;
             # after tool calls the answer arrives in "complete".
             return {"event": "chunk", "content": text}
-        case Text() | TextRetracted():
+        case TextRetracted(step=step, text=text):
+            return {"event": "preamble", "step": step, "text": text}
+        case Text():
             return None
         case ToolCall(call_id=call_id, tool_name=name, arguments=arguments):
             return {
@@ -137,9 +150,24 @@ def frame(event: BaseEvent) -> dict[str, Any] | None:
     raise TypeError(f"No native frame for {type(event).__name__}")
 
 
-class _Frame(BaseModel):
+def _entity_chunk(entity: str, entity_run_id: str, delta: str) -> dict[str, Any]:
+    return {
+        "event": "entity_chunk",
+        "entity": entity,
+        "entity_run_id": entity_run_id,
+        "delta": delta,
+    }
+
+
+class _Model(BaseModel):
     # A newer server may add fields: an older client ignores them.
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Frame(_Model):
+    seq: int
+    """The event's position in its run: resume after it with
+    ``GET /api/agents/runs/{run_id}/stream?after=<seq>`` (``Client.iter_resume``)."""
 
 
 class StartFrame(_Frame):
@@ -171,6 +199,14 @@ class ReasoningFrame(_Frame):
 class ReasoningSummaryFrame(_Frame):
     event: Literal["reasoning_summary"]
     summary: str
+
+
+class PreambleFrame(_Frame):
+    event: Literal["preamble"]
+    step: int
+    text: str
+    """What the step streamed before it called tools (its ``content_delta`` frames, less
+    the separator): not part of the answer."""
 
 
 class ChunkFrame(_Frame):
@@ -238,7 +274,7 @@ class StepCompletedFrame(_Frame):
     step: int
 
 
-class UsageJSON(_Frame):
+class UsageJSON(_Model):
     input_tokens: int
     output_tokens: int
     total_tokens: int
@@ -250,6 +286,7 @@ class CompleteFrame(_Frame):
     event: Literal["complete"]
     run_id: str
     content: str
+    """The final answer: the last step's text (never a preamble)."""
     usage: UsageJSON
 
 
@@ -266,6 +303,7 @@ NativeFrame = Annotated[
     | ReasoningDeltaFrame
     | ReasoningFrame
     | ReasoningSummaryFrame
+    | PreambleFrame
     | ChunkFrame
     | ToolCallFrame
     | ToolResultFrame

@@ -1,8 +1,10 @@
 """The native workflow surface (spec 002 "Workflow Streaming").
 
 ``frame()`` turns a workflow event into the frame a client receives: ``{"event": NAME, ...}``
-with the spec's key fields. What the spec's table does not name follows the agent surface,
-scoped to the block, as the spec does for ``content_delta`` / ``reasoning_delta``:
+with the spec's key fields and the event's ``seq`` (where a client resumes from:
+``GET /api/workflows/executions/{id}/stream?after=<seq>``). What the spec's table does not
+name follows the agent surface, scoped to the block, as the spec does for
+``content_delta`` / ``reasoning_delta``:
 
 - an agent block's tool calls are ``tool_call`` / ``tool_result`` and its assembled
   reasoning ``reasoning``, each with ``block_id``;
@@ -49,6 +51,11 @@ TERMINAL_FRAMES = frozenset({"workflow_complete", "workflow_error"})
 
 def frame(event: WorkflowEventBase) -> dict[str, Any] | None:
     """The native frame for a workflow event, or None if this surface does not show it."""
+    body = _body(event)
+    return None if body is None else {"seq": event.seq, **body}
+
+
+def _body(event: WorkflowEventBase) -> dict[str, Any] | None:
     match event:
         case BlockContentDelta(block_id=block_id, delta=delta):
             return {"event": "content_delta", "block_id": block_id, "delta": delta}
@@ -128,6 +135,10 @@ def frames(event: WorkflowEventBase) -> tuple[dict[str, Any], ...]:
 class _Frame(BaseModel):
     # A newer server may add fields: an older client ignores them.
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+    seq: int
+    """The event's position in its execution: resume after it with
+    ``GET /api/workflows/executions/{execution_id}/stream?after=<seq>``."""
 
 
 class WorkflowStartFrame(_Frame):

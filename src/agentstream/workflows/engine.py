@@ -271,7 +271,11 @@ class Execution:
 
 class _Forwarder:
     """Re-scopes what an agent (or orchestration) block's runner reports to the block. Agent
-    lifecycle events have no workflow counterpart; the block's own events stand for them."""
+    lifecycle events have no workflow counterpart; the block's own events stand for them.
+
+    A tool call id is unique only within the agent's run (a provider may number its calls,
+    the offline model does), and two agent blocks are two runs: in the execution it is
+    ``<block id>:<call id>``, unique as each block runs once."""
 
     def __init__(self, emit: Callable[..., Awaitable[None]], block_id: str) -> None:
         self._emit = emit
@@ -292,7 +296,8 @@ class _Forwarder:
                 await emit(BlockReasoningDelta, block_id=block_id, delta=delta)
             case Reasoning(text=text):
                 await emit(BlockReasoning, block_id=block_id, text=text)
-            case ToolCall(call_id=call_id, tool_name=name, arguments=arguments):
+            case ToolCall(call_id=run_call_id, tool_name=name, arguments=arguments):
+                call_id = f"{block_id}:{run_call_id}"
                 self._open_tools[call_id] = name
                 await emit(
                     BlockTool,
@@ -302,7 +307,8 @@ class _Forwarder:
                     name=name,
                     arguments=arguments,
                 )
-            case ToolResult(call_id=call_id, tool_name=name, status=status, result=result):
+            case ToolResult(call_id=run_call_id, tool_name=name, status=status, result=result):
+                call_id = f"{block_id}:{run_call_id}"
                 self._open_tools.pop(call_id, None)
                 await emit(
                     BlockTool,
