@@ -550,6 +550,7 @@ def test_agent_run_with_thinking_and_a_tool_call(tmp_path: Path) -> None:
         {"event": "reasoning_delta", "delta": " the calculator is exact."},
         {"event": "reasoning", "text": "I should not guess; the calculator is exact."},
         {"event": "content_delta", "delta": "Let me calculate."},
+        {"event": "preamble", "step": 1, "text": "Let me calculate."},
         {
             "event": "tool_call",
             "tool_call_id": "toolu_01A",
@@ -567,7 +568,7 @@ def test_agent_run_with_thinking_and_a_tool_call(tmp_path: Path) -> None:
         {"event": "step_started", "step": 2},
         {"event": "reasoning_delta", "delta": "The tool says 20."},
         {"event": "reasoning", "text": "The tool says 20."},
-        {"event": "content_delta", "delta": "(2 + 3) * 4"},
+        {"event": "content_delta", "delta": "\n\n(2 + 3) * 4"},  # after the preamble
         {"event": "content_delta", "delta": " = 20."},
         {"event": "step_completed", "step": 2},
         {
