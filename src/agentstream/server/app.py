@@ -9,7 +9,7 @@ from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -40,6 +40,7 @@ from agentstream.server.models import router as models_router
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
+from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
@@ -149,6 +150,7 @@ def create_app(
         summary="Run AI agents and stream everything they do over Server-Sent Events.",
         version=version("agentstream"),
         lifespan=lifespan,
+        dependencies=[Depends(check_request)],
     )
     install_error_handlers(app)
     app.add_middleware(
