@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 
+from agentstream.inputs import MAX_DEPTH
 from agentstream.server import create_app
-from agentstream.server.validation import MAX_JSON_DEPTH
 from conftest import LiveServer, make_settings, serve
 
 
@@ -62,7 +62,8 @@ def test_nul_in_any_path_parameter_is_a_4xx_naming_it(server: LiveServer) -> Non
         for route in routes:
             if not isinstance(route.original_route, APIRoute):
                 continue
-            assert route.path is not None and route.methods is not None
+            assert route.path is not None
+            assert route.methods is not None
             names = re.findall(r"{(\w+)}", route.path)
             for name in names:
                 path = route.path
@@ -145,7 +146,7 @@ def test_non_finite_numbers_are_refused_at_input(
 
 
 def test_input_at_the_depth_limit_runs_and_is_stored(server: LiveServer) -> None:
-    deepest = nested(MAX_JSON_DEPTH)  # ``input`` is level 1 of the body
+    deepest = nested(MAX_DEPTH)  # ``input`` is level 1 of the body
     with server.client() as client:
         assert client.put("/api/workflows/echo", json=WORKFLOW).status_code == 200
         response = client.post("/api/workflows/echo/run/stream", json={"input": deepest})
@@ -163,7 +164,7 @@ def deep_json(template: str, levels: int) -> bytes:
     return template.replace("DEEP", "[" * lists + "]" * lists).encode()
 
 
-@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH + 1, 256, 900, 5_000])
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 256, 900, 5_000])
 @pytest.mark.parametrize(
     ("method", "path", "template", "field"),
     [
@@ -195,6 +196,6 @@ def test_deep_nesting_is_refused_at_one_limit_everywhere(
         assert response.status_code == 422
         error = response.json()["error"]
         assert error["field"] == (field if levels < 1_000 else "body")
-        assert error["message"].endswith(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        assert error["message"].endswith(f"nested deeper than {MAX_DEPTH} levels")
         assert client.get("/api/agents/demo").json() == before
         assert client.get("/api/workflows/echo/executions").json() == executions

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream.errors import UserError
-from agentstream.server.validation import TOO_DEEP
+from agentstream.inputs import TOO_DEEP
 from agentstream.workflows.errors import WorkflowInvalid
 
 __all__ = ["BodyLimit", "error_response", "install_error_handlers"]
