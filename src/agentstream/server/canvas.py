@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import NotFound, UserError
+from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.services import Services, services
@@ -37,9 +37,7 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-class DraftRunIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DraftRunIn(InputModel):
     input: Any = None
     """The execution's input: the start block's output ``input``."""
     definition: dict[str, Any] | None = None

@@ -17,10 +17,11 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentstream.deployments import email_allowed, normalize_email, verify_password
 from agentstream.errors import AccessDenied, Forbidden, TooManyAttempts, UserError
+from agentstream.inputs import InputModel
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.deployments import deployment_or_404
@@ -41,10 +42,8 @@ Svc = Annotated[Services, Depends(services)]
 DONE = b'data: "[DONE]"\n\n'
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(InputModel):
     """A message, or credentials only (then nothing runs: the reply says you're in)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     input: MessageText | None = None
     conversationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
