@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi.responses import FileResponse
+from pydantic import Field, field_validator
 
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
@@ -38,10 +39,37 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 
 
 class DraftRunIn(InputModel):
+    """What the builder sends to run its canvas. Besides ``input`` and ``definition``, the
+    reference builder's execute fields are accepted; those that choose what this endpoint
+    already does (a streamed draft run, every block shown) change nothing."""
+
     input: Any = None
     """The execution's input: the start block's output ``input``."""
     definition: dict[str, Any] | None = None
     """The editor's definition, saved or not; default: the saved one."""
+    stream: bool | None = None
+    """The canvas always streams: absent or ``true``."""
+    selectedOutputs: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None, max_length=100
+    )
+    """Accepted, changes nothing: the canvas shows every block's output."""
+    triggerType: str | None = Field(default=None, max_length=40)
+    """Accepted, changes nothing: a canvas execution is a draft run."""
+    useDraftState: bool | None = None
+    """Accepted, changes nothing: the draft is ``definition`` when given, else the saved one."""
+    isClientSession: bool | None = None
+    """Accepted, changes nothing."""
+    includeFileBase64: bool | None = None
+    """Accepted, changes nothing: no block output holds files."""
+    base64MaxBytes: int | None = Field(default=None, gt=0)
+    """Accepted, changes nothing."""
+
+    @field_validator("stream")
+    @classmethod
+    def _streams(cls, value: bool | None) -> bool | None:
+        if value is False:
+            raise ValueError("the canvas always streams: send true or leave it out")
+        return value
 
 
 def canvas_policy(workflow: Workflow) -> CanvasPolicy:
