@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
 
 from agentstream.agents import AgentSpec, Definitions, load_definitions
 from agentstream.config import Settings, write_private
@@ -37,6 +36,7 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
 from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
+from agentstream.server.pages import StaticAssets, page
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
@@ -58,7 +58,6 @@ __all__ = ["create_app"]
 logger = logging.getLogger("agentstream")
 
 DEMO_DEFINITIONS = Path(str(files("agentstream.demo").joinpath("agents.yaml")))
-WEB = Path(str(files("agentstream.web")))
 
 
 def create_app(
@@ -168,12 +167,12 @@ def create_app(
     app.include_router(workflows_router)
     app.include_router(canvas_router)
     app.include_router(chat_router)
-    app.mount("/static", StaticFiles(directory=WEB), name="static")
+    app.mount("/static", StaticAssets(), name="static")
 
     @app.get("/chat/{slug}", include_in_schema=False)
     async def chat_page(slug: str) -> FileResponse:
         """The hosted chat page; it reads the deployment from its URL."""
-        return FileResponse(WEB / "chat.html")
+        return page("chat.html")
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

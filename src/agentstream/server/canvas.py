@@ -4,8 +4,6 @@ that draws them."""
 
 from __future__ import annotations
 
-from importlib.resources import files
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
@@ -16,6 +14,7 @@ from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, follow_or_replay
+from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.canvas import CanvasPolicy, CanvasView
@@ -27,8 +26,6 @@ from agentstream.workflows.references import find_references
 
 __all__ = ["canvas_policy", "router"]
 
-WEB = Path(str(files("agentstream.web")))
-RUN_PAGE = WEB / "run.html"
 
 router = APIRouter()
 Svc = Annotated[Services, Depends(services)]
@@ -180,10 +177,10 @@ async def execution_canvas(
 @router.get("/workflows/{workflow_id}/run", include_in_schema=False)
 async def run_page(workflow_id: str) -> FileResponse:
     """The run view of a workflow; it reads the workflow from its URL."""
-    return FileResponse(RUN_PAGE)
+    return page("run.html")
 
 
 @router.get("/workflows/executions/{execution_id}", include_in_schema=False)
 async def replay_page(execution_id: str) -> FileResponse:
     """The run view replaying an execution."""
-    return FileResponse(RUN_PAGE)
+    return page("run.html")
