@@ -174,7 +174,7 @@ def deep_json(template: str, levels: int) -> bytes:
         ("PUT", "/api/workflows/echo", '{"id": "echo", "blocks": DEEP}', "blocks"),
         ("PATCH", "/api/chat-deployments/your-slug", '{"outputs": DEEP}', "outputs"),
         ("POST", "/api/chat/your-slug", '{"input": "hi", "files": DEEP}', "files"),
-        ("POST", "/api/workflows/echo/run/stream", "DEEP", "body"),
+        ("POST", "/api/workflows/echo/run/stream", "DEEP", "0"),
     ],
     ids=["workflow-input", "message", "agent", "workflow", "deployment", "chat", "body"],
 )
@@ -182,7 +182,8 @@ def test_deep_nesting_is_refused_at_one_limit_everywhere(
     server: LiveServer, method: str, path: str, template: str, field: str, levels: int
 ) -> None:
     """Past the limit, whichever the route and however deep: 422 naming the top-level field
-    (``body`` when the JSON parser itself gives out first), and nothing changes."""
+    (an array body's first element is ``0``; ``body`` when the JSON parser itself gives out
+    first), and nothing changes."""
     with server.client() as client:
         assert client.put("/api/workflows/echo", json=WORKFLOW).status_code == 200
         before = client.get("/api/agents/demo").json()

@@ -46,12 +46,12 @@ class Problem(NamedTuple):
 
 def find_problem(value: Any) -> Problem | None:
     """The first string or key with NUL, non-finite number, or container nested deeper than
-    ``MAX_DEPTH`` in ``value`` (JSON-like data), if any."""
+    ``MAX_DEPTH`` (then named by its top-level field) in ``value`` (JSON-like data), if any."""
     pending: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
     while pending:
         item, path = pending.pop()
-        if len(path) > MAX_DEPTH:
-            return Problem(path[:MAX_DEPTH], TOO_DEEP)
+        if len(path) > MAX_DEPTH:  # the deep path says little: name the top-level field
+            return Problem(path[:1], TOO_DEEP)
         if isinstance(item, str):
             if "\x00" in item:
                 return Problem(path, "may not contain NUL (\\u0000) characters")

@@ -16,7 +16,7 @@ from pydantic import Field
 from starlette.datastructures import UploadFile
 
 from agentstream.errors import UserError
-from agentstream.inputs import TOO_DEEP, find_problem
+from agentstream.inputs import find_problem
 
 __all__ = ["MessageText", "check_request"]
 
@@ -49,12 +49,8 @@ def _check(value: Any, name: str | None = None) -> None:
     problem = find_problem(value)
     if problem is None:
         return
-    if name is not None:
-        raise UserError(f"{name}: {problem.message}", field=name)
-    if problem.message == TOO_DEEP:  # the deep path says little: name its top-level field
-        field = problem.path[0] if isinstance(problem.path[0], str) else "body"
-        raise UserError(f"{field}: {TOO_DEEP}", field=field)
-    raise UserError(str(problem), field=problem.field)
+    field = name or problem.field
+    raise UserError(f"{field}: {problem.message}", field=field)
 
 
 def _is_json(content_type: str) -> bool:
