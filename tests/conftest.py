@@ -254,8 +254,12 @@ def page() -> Iterator[Any]:
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser.new_page()
+        page = browser.new_page()
+        refused: list[str] = []  # what the pages' Content-Security-Policy blocked: nothing
+        page.on("console", lambda m: refused.append(m.text) if "Security Policy" in m.text else 0)
+        yield page
         browser.close()
+        assert not refused, refused
 
 
 @contextmanager

@@ -32,6 +32,21 @@ STREAM = "/api/agents/demo/run/stream"
         (b'{"message": 42}', 422, "invalid_request", "message"),
         (b'{"message": "hi", "colour": "red"}', 422, "invalid_request", "colour"),
         (b'{"message": "hi", "reasoning": "maybe"}', 422, "invalid_request", "reasoning"),
+        (b'{"message": "hi", "reasoning": "yes"}', 422, "invalid_request", "reasoning"),
+        (b'{"message": "hi", "reasoning": 1}', 422, "invalid_request", "reasoning"),
+        (
+            b'{"message": "hi", "reasoning_requested": "true"}',
+            422,
+            "invalid_request",
+            "reasoning_requested",
+        ),
+        (
+            b'{"message": "hi", "reasoning": true, "reasoning_requested": false}',
+            422,
+            "invalid_request",
+            "reasoning_requested",
+        ),
+        (b'{"message": "hi", "session_id": 7}', 422, "invalid_request", "session_id"),
         (b'["message"]', 422, "invalid_request", "body"),
     ],
     ids=[
@@ -43,6 +58,11 @@ STREAM = "/api/agents/demo/run/stream"
         "wrong-type",
         "extra",
         "bad-bool",
+        "loose-bool",
+        "number-for-bool",
+        "string-for-bool",
+        "disagreeing-names",
+        "number-for-string",
         "array",
     ],
 )
@@ -194,3 +214,69 @@ def test_nul_characters_are_refused(
     assert response.json()["error"]["field"] == field
     assert "NUL" in response.json()["error"]["message"]
     assert row_counts(server) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/api/knowledge-bases/KB/search", {"query": "x", "top_k": True}, "top_k"),
+        ("POST", "/api/knowledge-bases/KB/search", {"query": "x", "top_k": "5"}, "top_k"),
+        ("POST", "/api/knowledge-bases/KB/search", {"query": "x", "top_k": 5.0}, "top_k"),
+        ("POST", "/api/agents", {"id": "x", "max_steps": True}, "max_steps"),
+        ("POST", "/api/agents", {"id": "x", "timeout_seconds": "60"}, "timeout_seconds"),
+        ("PATCH", "/api/agents/demo", {"reasoning": "yes"}, "reasoning"),
+        ("PATCH", "/api/agents/demo", {"max_steps": "3"}, "max_steps"),
+        ("PATCH", "/api/chat-deployments/your-slug", {"includeThinking": "yes"}, "includeThinking"),
+        ("PATCH", "/api/chat-deployments/your-slug", {"redact_pii": 1}, "redact_pii"),
+        (
+            "PUT",
+            "/api/workflows/strict",
+            {
+                "blocks": [
+                    {"id": "start", "type": "start"},
+                    {"id": "f", "type": "function", "expression": "1", "redact_output": "no"},
+                ],
+                "edges": [{"from": "start", "to": "f"}],
+            },
+            "blocks.f.redact_output",
+        ),
+        (
+            "POST",
+            "/api/workflows/strict/execute",
+            {
+                "definition": {
+                    "blocks": [
+                        {"id": "start", "type": "start"},
+                        {"id": "get", "type": "http", "url": "http://x", "timeout_seconds": "5"},
+                    ],
+                }
+            },
+            "blocks.get.timeout_seconds",
+        ),
+    ],
+    ids=[
+        "top-k-bool",
+        "top-k-string",
+        "top-k-float",
+        "steps-bool",
+        "timeout-string",
+        "agent-reasoning",
+        "agent-steps",
+        "deployment-thinking",
+        "deployment-redaction",
+        "workflow-block-bool",
+        "canvas-block-number",
+    ],
+)
+def test_types_are_strict_in_every_request_model(
+    server: LiveServer, method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    """Nothing is coerced: a string, a number or a boolean of the wrong kind is a 422."""
+    with server.client() as client:
+        kb = client.post("/api/knowledge-bases", json={"name": "docs"}).json()["id"]
+        before = (client.get("/api/agents").json(), client.get("/api/chat-deployments").json())
+        response = client.request(method, path.replace("KB", kb), json=body)
+        after = (client.get("/api/agents").json(), client.get("/api/chat-deployments").json())
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+    assert after == before

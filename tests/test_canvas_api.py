@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from conftest import LiveServer, read_events
 
 EMAIL = "jane.doe@example.com"
@@ -75,3 +77,58 @@ def test_redacted_block_and_its_readers_stream_nothing_live_and_complete_redacte
     assert completed["quote"]["text"].startswith("They wrote: ")
     assert completed["echo"]["content"]
     assert EMAIL not in json.dumps([f for f in frames if f["data"].get("blockId") in private])
+
+
+GREETER = {
+    "id": "greeter",
+    "blocks": [
+        {"id": "start", "type": "start"},
+        {"id": "hello", "type": "template", "template": "Hello, <start.input>"},
+        {"id": "out", "type": "response", "output": "<hello.text>"},
+    ],
+    "edges": [{"from": "start", "to": "hello"}, {"from": "hello", "to": "out"}],
+}
+
+
+def test_the_reference_builders_body_runs_the_draft(server: LiveServer) -> None:
+    """What the reference builder sends to its execute route streams the draft run."""
+    body = {
+        "input": "Ada",
+        "stream": True,
+        "selectedOutputs": ["hello.text"],
+        "triggerType": "manual",
+        "useDraftState": True,
+        "isClientSession": True,
+        "includeFileBase64": True,
+        "base64MaxBytes": 10_000_000,
+    }
+    with server.client() as client:
+        assert client.post("/api/workflows", json=GREETER).status_code == 201
+        with client.stream("POST", "/api/workflows/greeter/execute", json=body) as response:
+            assert response.status_code == 200, response.read()
+            frames = [json.loads(event.data) for event in read_events(response)]
+
+    assert frames[-1]["type"] == "execution:completed"
+    assert frames[-1]["data"] == {"result": "Hello, Ada"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"stream": False}, "stream"),
+        ({"stream": "true"}, "stream"),
+        ({"selectedOutputs": "hello.text"}, "selectedOutputs"),
+        ({"workflowStateOverride": {"blocks": {}, "edges": []}}, "workflowStateOverride"),
+        ({"colour": "red"}, "colour"),
+    ],
+    ids=["no-stream", "string-stream", "outputs-not-a-list", "sim-state", "unknown"],
+)
+def test_fields_that_cannot_be_honoured_are_refused(
+    server: LiveServer, body: dict[str, Any], field: str
+) -> None:
+    with server.client() as client:
+        assert client.post("/api/workflows", json=GREETER).status_code == 201
+        response = client.post("/api/workflows/greeter/execute", json=body)
+        assert response.status_code == 422
+        assert response.json()["error"]["field"] == field
+        assert client.get("/api/workflows/greeter/executions").json() == []

@@ -200,14 +200,15 @@ def test_context_handler_is_replayed_and_forgotten_with_its_session(server: Live
     [
         ("notes.docx", b"PK\x03\x04", "Cannot tell what kind of document"),
         ("notes.txt", b"\xff\xfe\x00bad", "not UTF-8"),
+        ("notes.txt", b"Looks like text\x00\x01\x02", "not text (byte 15 is NUL)"),
         ("notes.md", b"   \n\n  ", "no text"),
         ("scan.pdf", b"%PDF-1.4 not really", "not a readable PDF"),
     ],
 )
 def test_unreadable_documents_are_refused_and_nothing_is_stored(
-    server: LiveServer, filename: str, data: bytes, message: str
+    live: LiveServer, filename: str, data: bytes, message: str
 ) -> None:
-    with server.client(timeout=120) as client:
+    with live.client(timeout=120) as client:
         kb = create_base(client)
         response = upload(client, kb["id"], filename, data)
         assert response.status_code == 422
@@ -216,6 +217,15 @@ def test_unreadable_documents_are_refused_and_nothing_is_stored(
         assert message in error["message"]
         detail = client.get(f"/api/knowledge-bases/{kb['id']}").json()
         assert (detail["documents"], detail["chunks"]) == (0, 0)
+
+
+def test_a_pdf_glyph_extracted_as_nul_is_dropped(live: LiveServer) -> None:
+    with live.client(timeout=120) as client:
+        kb = create_base(client)
+        response = upload(client, kb["id"], "odd.pdf", pdf_bytes(["Saturn\x00 has rings."]))
+        assert response.status_code == 201, response.text
+        found = client.post(f"/api/knowledge-bases/{kb['id']}/search", json={"query": "rings"})
+    assert found.json()["results"][0]["text"] == "Saturn has rings."
 
 
 def test_bad_knowledge_requests_name_the_field(server: LiveServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -389,6 +390,53 @@ def test_a_failing_block_short_circuits_the_execution(live: LiveServer) -> None:
     }
     record = execution(live, execution_id)
     assert (record["status"], record["error"]) == ("error", frames[-1]["error"])
+
+
+def strict_json(text: str) -> Any:
+    """JSON as ``JSON.parse`` reads it: no ``NaN`` or ``Infinity``."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("expression", "shown"),
+    [
+        ("float('inf')", "inf"),
+        ("1e308 * 10", "inf"),
+        ("float('nan')", "nan"),
+        ("[1, {'x': -float('inf')}]", "-inf"),
+    ],
+)
+def test_a_non_finite_result_is_a_block_error_on_both_stores(
+    any_store: LiveServer, expression: str, shown: str
+) -> None:
+    """Streamed and stored as JSON throughout: the block fails, saying why, and the
+    execution ends with its terminal frame, live and in the replay."""
+    workflow_id = f"infinite-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is shared
+    save(
+        any_store,
+        definition(
+            workflow_id,
+            [
+                {"id": "f", "type": "function", "expression": expression},
+                {"id": "out", "type": "response", "output": "<f.result>"},
+            ],
+            [("start", "f"), ("f", "out")],
+        ),
+    )
+    frames = [strict_json(e.data) for e in stream(any_store, workflow_id)]
+
+    error = next(f for f in frames if f["event"] == "block_error")
+    assert error["block_id"] == "f"
+    assert error["error"].startswith("The block's output is not valid JSON: result")
+    assert f"{shown} is not a finite number" in error["error"]
+    assert frames[-1]["event"] == "workflow_error"
+    record = execution(any_store, frames[0]["execution_id"])
+    assert record["status"] == "error"
+    assert record["events"][-1] | {"seq": None} == frames[-1] | {"seq": None}
 
 
 def test_an_error_edge_handles_a_failure_and_the_execution_completes(live: LiveServer) -> None:

@@ -192,6 +192,21 @@ async def test_other_schemes_are_refused() -> None:
         assert block_error(events).startswith("Only http and https URLs are allowed")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://0177.0.0.1/",
+        "http://127.000.000.001/",
+        "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/",
+    ],
+    ids=["octal", "zero-padded", "full-width-digits"],
+)
+async def test_a_url_the_client_cannot_parse_is_a_block_error(url: str) -> None:
+    result, events = await fetch(url, LOOPBACK)
+    assert result.status == "error"
+    assert block_error(events).startswith(f"The URL {url!r} is not valid: Invalid ")
+
+
 async def test_error_statuses_and_oversized_bodies_fail_the_block(site: str) -> None:
     _, events = await fetch(f"{site}/missing", LOOPBACK)
     assert block_error(events) == "127.0.0.1 answered 404 Not Found"
@@ -217,6 +232,12 @@ async def test_error_statuses_and_oversized_bodies_fail_the_block(site: str) -> 
         ("0.0.0.0", "unspecified"),
         ("100.64.0.1", "not global"),
         ("::ffff:127.0.0.1", "loopback"),
+        ("2002:7f00:1::", "loopback"),
+        ("2002:a9fe:a9fe::", "link-local"),
+        ("2002:a00:1::", "private"),
+        ("64:ff9b::7f00:1", "loopback"),
+        ("fec0::1", "site-local"),
+        ("192.88.99.1", "6to4 relay"),
     ],
 )
 async def test_every_kind_of_internal_address_is_refused(address: str, kind: str) -> None:
@@ -229,6 +250,9 @@ async def test_public_addresses_and_allowed_networks_pass_the_check() -> None:
     assert await SafeHttpClient().check(httpx.URL("http://8.8.8.8/")) == [
         ipaddress.ip_address("8.8.8.8")
     ]
+    assert await SafeHttpClient().check(httpx.URL("http://[2002:808:808::]/")) == [
+        ipaddress.ip_address("2002:808:808::")
+    ], "6to4 of a public address"
     allowed = SafeHttpClient(allow=["10.0.0.0/8"])
     assert await allowed.check(httpx.URL("https://10.9.8.7:8443/")) == [
         ipaddress.ip_address("10.9.8.7")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -18,6 +17,7 @@ from pydantic import (
 )
 
 from agentstream.deployments import DeploymentCreate, reject_null
+from agentstream.inputs import InputModel
 from agentstream.yamlfile import YamlFile, read_yaml
 
 __all__ = ["AgentId", "AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
@@ -29,10 +29,8 @@ EntityId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,51}$
 """An agent id short enough for its ``delegate_to_<id>`` tool name (64 characters at most)."""
 
 
-class AgentUpdate(BaseModel):
+class AgentUpdate(InputModel):
     """The editable part of an agent; every field optional for partial updates."""
-
-    model_config = ConfigDict(extra="forbid")
 
     _not_null = field_validator("*", mode="before")(reject_null)
 
@@ -49,10 +47,10 @@ class AgentUpdate(BaseModel):
     timeout_seconds: float | None = Field(default=None, gt=0, le=86_400)
 
 
-class AgentSpec(BaseModel):
+class AgentSpec(InputModel):
     """An agent: what it runs on, what it is told, what it may call, and its limits."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     id: AgentId
     """URL-safe identifier: lowercase letters, digits, '-' and '_'."""
@@ -91,10 +89,8 @@ class AgentSpec(BaseModel):
         )
 
 
-class Definitions(BaseModel):
+class Definitions(InputModel):
     """A definitions file: agents, chat deployments of them, and workflows."""
-
-    model_config = ConfigDict(extra="forbid")
 
     agents: list[AgentSpec] = Field(default_factory=list)
     deployments: list[DeploymentCreate] = Field(default_factory=list)

@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -25,6 +24,7 @@ from pydantic import (
 )
 
 from agentstream.errors import UserError
+from agentstream.inputs import InputModel
 
 __all__ = [
     "Access",
@@ -50,10 +50,10 @@ def reject_null(value: object) -> object:
     return value
 
 
-class DeploymentUpdate(BaseModel):
+class DeploymentUpdate(InputModel):
     """The editable settings; every field optional for partial updates."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     _not_null = field_validator("*", mode="before")(reject_null)
 
@@ -79,10 +79,10 @@ class DeploymentUpdate(BaseModel):
     runs_per_minute_per_client: int | None = None
 
 
-class DeploymentSettings(BaseModel):
+class DeploymentSettings(InputModel):
     """A deployment as stored and shown (never with its password)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     slug: Slug
     agent_id: str | None = None
@@ -101,7 +101,7 @@ class DeploymentSettings(BaseModel):
         default=False, validation_alias=AliasChoices("include_tool_calls", "includeToolCalls")
     )
     """Tool lifecycle frames (name and status), for clients that send the protocol header."""
-    outputs: list[OutputName] = ["content", "toolCalls"]
+    outputs: list[OutputName] = Field(default=["content", "toolCalls"])
     """What the final envelope's ``output`` holds."""
     access: Access = "public"
     allowed_emails: list[str] = Field(default_factory=list)

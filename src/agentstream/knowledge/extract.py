@@ -57,18 +57,22 @@ def extract(data: bytes, media_type: str) -> list[Section]:
 
 def _text(data: bytes) -> str:
     try:
-        return data.decode("utf-8-sig").replace("\r\n", "\n")
+        text = data.decode("utf-8-sig").replace("\r\n", "\n")
     except UnicodeDecodeError as exc:
         raise UserError(
             f"The document is not UTF-8 text (byte {exc.start} is invalid)", field="file"
         ) from None
+    if "\x00" in text:  # no text file holds one, and PostgreSQL text cannot
+        raise UserError(f"The document is not text (byte {data.index(0)} is NUL)", field="file")
+    return text
 
 
 def _pdf(data: bytes) -> list[Section]:
     try:
         reader = PdfReader(io.BytesIO(data))
         return [
-            Section(page.extract_text() or "", page=number)
+            # a glyph without a character comes out as NUL, which no store can keep
+            Section((page.extract_text() or "").replace("\x00", ""), page=number)
             for number, page in enumerate(reader.pages, start=1)
         ]
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:

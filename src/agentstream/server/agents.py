@@ -6,10 +6,11 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from agentstream.agents import AgentSpec, AgentUpdate
 from agentstream.errors import Conflict, NotFound
+from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, native
 from agentstream.server.services import Services, services
@@ -23,15 +24,28 @@ router = APIRouter(prefix="/api/agents", tags=["agents"], dependencies=[Depends(
 Svc = Annotated[Services, Depends(services)]
 
 
-class RunRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunRequest(InputModel):
     message: MessageText
     """The user's message."""
     session_id: str | None = Field(default=None, max_length=40)
     """Continue this conversation (from an earlier run's ``start`` event)."""
     reasoning: bool | None = None
     """Request the model's reasoning (``reasoning_delta`` / ``reasoning``); default: the agent's."""
+    reasoning_requested: bool | None = None
+    """The same, by spec 002's name; if both are given they must agree."""
+
+    @field_validator("reasoning_requested")
+    @classmethod
+    def _agrees_with_reasoning(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        given = info.data.get("reasoning")
+        if value is not None and given is not None and value != given:
+            raise ValueError(f"is {value} but reasoning is {given}: give one of them")
+        return value
+
+    @property
+    def wants_reasoning(self) -> bool | None:
+        """Whether the caller asked for the model's reasoning; None: the agent decides."""
+        return self.reasoning if self.reasoning is not None else self.reasoning_requested
 
 
 class AgentOut(BaseModel):
@@ -100,7 +114,7 @@ async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
     """Run the agent and stream its events. Disconnecting cancels the run."""
     agent = await agent_or_404(svc, agent_id)
     run = await svc.runs.start(
-        agent, body.message, session_id=body.session_id, reasoning=body.reasoning
+        agent, body.message, session_id=body.session_id, reasoning=body.wants_reasoning
     )
     subscription = svc.runs.log.subscribe(run.run_id)
 

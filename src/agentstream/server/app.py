@@ -6,12 +6,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib.metadata import version
-from importlib.resources import files
-from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
 
 from agentstream.agents import AgentSpec
 from agentstream.config import Settings, write_private
@@ -37,9 +34,11 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
 from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
+from agentstream.server.pages import StaticAssets, page
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
+from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
@@ -54,8 +53,6 @@ from agentstream.workflows import (
 __all__ = ["check_config", "create_app"]
 
 logger = logging.getLogger("agentstream")
-
-WEB = Path(str(files("agentstream.web")))
 
 
 def create_app(
@@ -147,6 +144,7 @@ def create_app(
         summary="Run AI agents and stream everything they do over Server-Sent Events.",
         version=version("agentstream"),
         lifespan=lifespan,
+        dependencies=[Depends(check_request)],
     )
     install_error_handlers(app)
     app.add_middleware(
@@ -164,12 +162,12 @@ def create_app(
     app.include_router(workflows_router)
     app.include_router(canvas_router)
     app.include_router(chat_router)
-    app.mount("/static", StaticFiles(directory=WEB), name="static")
+    app.mount("/static", StaticAssets(), name="static")
 
     @app.get("/chat/{slug}", include_in_schema=False)
     async def chat_page(slug: str) -> FileResponse:
         """The hosted chat page; it reads the deployment from its URL."""
-        return FileResponse(WEB / "chat.html")
+        return page("chat.html")
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

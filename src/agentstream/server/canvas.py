@@ -4,17 +4,17 @@ that draws them."""
 
 from __future__ import annotations
 
-from importlib.resources import files
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field, field_validator
 
 from agentstream.errors import NotFound, UserError
+from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, follow_or_replay
+from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.canvas import CanvasPolicy, CanvasView
@@ -26,8 +26,6 @@ from agentstream.workflows.references import find_references
 
 __all__ = ["canvas_policy", "router"]
 
-WEB = Path(str(files("agentstream.web")))
-RUN_PAGE = WEB / "run.html"
 
 router = APIRouter()
 Svc = Annotated[Services, Depends(services)]
@@ -37,13 +35,38 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-class DraftRunIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DraftRunIn(InputModel):
+    """What the builder sends to run its canvas. Besides ``input`` and ``definition``, the
+    reference builder's execute fields are accepted; those that choose what this endpoint
+    already does (a streamed draft run, every block shown) change nothing."""
 
     input: Any = None
     """The execution's input: the start block's output ``input``."""
     definition: dict[str, Any] | None = None
     """The editor's definition, saved or not; default: the saved one."""
+    stream: bool | None = None
+    """The canvas always streams: absent or ``true``."""
+    selectedOutputs: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None, max_length=100
+    )
+    """Accepted, changes nothing: the canvas shows every block's output."""
+    triggerType: str | None = Field(default=None, max_length=40)
+    """Accepted, changes nothing: a canvas execution is a draft run."""
+    useDraftState: bool | None = None
+    """Accepted, changes nothing: the draft is ``definition`` when given, else the saved one."""
+    isClientSession: bool | None = None
+    """Accepted, changes nothing."""
+    includeFileBase64: bool | None = None
+    """Accepted, changes nothing: no block output holds files."""
+    base64MaxBytes: int | None = Field(default=None, gt=0)
+    """Accepted, changes nothing."""
+
+    @field_validator("stream")
+    @classmethod
+    def _streams(cls, value: bool | None) -> bool | None:
+        if value is False:
+            raise ValueError("the canvas always streams: send true or leave it out")
+        return value
 
 
 def canvas_policy(workflow: Workflow) -> CanvasPolicy:
@@ -154,10 +177,10 @@ async def execution_canvas(
 @router.get("/workflows/{workflow_id}/run", include_in_schema=False)
 async def run_page(workflow_id: str) -> FileResponse:
     """The run view of a workflow; it reads the workflow from its URL."""
-    return FileResponse(RUN_PAGE)
+    return page("run.html")
 
 
 @router.get("/workflows/executions/{execution_id}", include_in_schema=False)
 async def replay_page(execution_id: str) -> FileResponse:
     """The run view replaying an execution."""
-    return FileResponse(RUN_PAGE)
+    return page("run.html")

@@ -23,7 +23,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
 from agentstream.deployments import (
@@ -39,6 +39,7 @@ from agentstream.errors import (
     ModelUnavailable,
     UserError,
 )
+from agentstream.inputs import InputModel
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
@@ -71,10 +72,8 @@ AWAITING_APPROVAL = (
 STILL_ANSWERING = "The answer to your last message is still coming; wait for it to finish."
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(InputModel):
     """A message, or credentials only (then nothing runs: the reply says you're in)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     input: MessageText | None = None
     conversationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")

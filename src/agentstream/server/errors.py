@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream.errors import UserError
+from agentstream.inputs import TOO_DEEP
 from agentstream.workflows.errors import WorkflowInvalid
 
 __all__ = ["BodyLimit", "error_response", "install_error_handlers"]
@@ -62,6 +63,8 @@ async def _user_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if isinstance(exc.__cause__, RecursionError):  # JSON too deep for the parser itself
+        return error_response(422, "invalid_request", f"body: {TOO_DEEP}", field="body")
     if exc.status_code == 400:  # the framework could not decode the body (e.g. not UTF-8)
         return error_response(
             400, "invalid_body", f"{exc.detail}: send a UTF-8 encoded JSON object", field="body"

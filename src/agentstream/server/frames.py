@@ -37,8 +37,9 @@ Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
 
 E = TypeVar("E", bound=Sequenced)
 
-_to_json = json.JSONEncoder(separators=(",", ":")).encode
-"""One encoder for every frame: ``json.dumps`` with options builds a new one per call."""
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""One encoder for every frame: ``json.dumps`` with options builds a new one per call.
+Never a bare ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it)."""
 
 
 def native(event: BaseEvent) -> Iterable[dict[str, Any]]:

@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentstream.agents import AgentId
 from agentstream.errors import NotFound
+from agentstream.inputs import InputModel
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
@@ -27,9 +28,7 @@ DOCUMENT_UPLOADS = re.compile(r"/api/knowledge-bases/[^/]+/documents")
 """Where larger bodies are accepted (``AGENTSTREAM_MAX_DOCUMENT_BYTES``)."""
 
 
-class KnowledgeBaseCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KnowledgeBaseCreate(InputModel):
     id: AgentId | None = None
     """Optional: a readable id to name it by in agent definitions; default ``kb_…``."""
     name: str = Field(min_length=1, max_length=200)
@@ -51,9 +50,7 @@ class KnowledgeBaseDetail(KnowledgeBaseOut):
     document_list: list[StoredDocument]
 
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SearchRequest(InputModel):
     query: str = Field(min_length=1, max_length=2_000)
     top_k: int = Field(default=5, ge=1, le=50)
 

@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentstream.errors import Conflict, NotFound
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
+from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import follow_or_replay, native, native_replay
 from agentstream.server.services import Services, services
@@ -98,9 +99,7 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
     )
 
 
-class DecisionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DecisionIn(InputModel):
     tool_call_id: str = Field(max_length=100)
     """The call to decide on, from its ``approval_requested`` frame."""
     reason: str | None = Field(default=None, max_length=2_000)

@@ -1,20 +1,61 @@
-"""Field types shared by request bodies."""
+"""What every request is checked for before a handler sees it (``agentstream.inputs``: no
+NUL, no non-finite numbers, nothing nested past ``MAX_DEPTH``), and field types shared by
+request bodies.
+
+``check_request`` is a dependency of the whole app, so a new route cannot miss it: it
+checks path and query parameters, JSON bodies and form fields, and names the field.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from fastapi import Request
+from fastapi.routing import APIRoute
+from pydantic import Field
+from starlette.datastructures import UploadFile
 
-__all__ = ["MessageText"]
+from agentstream.errors import UserError
+from agentstream.inputs import find_problem
+
+__all__ = ["MessageText", "check_request"]
+
+MessageText = Annotated[str, Field(min_length=1, max_length=200_000)]
+"""What a person sends: 1 to 200,000 characters (``check_request`` refuses NUL)."""
+
+FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
-def _no_nul(text: str) -> str:
-    # PostgreSQL text cannot hold NUL, and no person types one: refuse it up front.
-    if "\x00" in text:
-        raise ValueError("may not contain NUL (\\u0000) characters")
-    return text
+async def check_request(request: Request) -> None:
+    """Refuse a request whose parameters or body hold what nothing can use."""
+    for name, value in request.path_params.items():
+        _check(str(value), name)
+    for name, value in request.query_params.multi_items():
+        _check(value, name)
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or route.body_field is None:
+        return  # the handler reads no body: neither does this
+    content_type = request.headers.get("content-type", "").lower()
+    if _is_json(content_type) and await request.body():
+        _check(await request.json())  # parsed (and kept) by FastAPI already
+    elif content_type.startswith(FORMS):
+        for name, item in (await request.form()).multi_items():
+            _check(item.filename or "" if isinstance(item, UploadFile) else item, name)
 
 
-MessageText = Annotated[str, Field(min_length=1, max_length=200_000), AfterValidator(_no_nul)]
-"""What a person sends: 1 to 200,000 characters, no NUL."""
+def _check(value: Any, name: str | None = None) -> None:
+    """``name``: the parameter that is ``value``; None for a JSON body, whose top-level
+    fields name themselves."""
+    problem = find_problem(value)
+    if problem is None:
+        return
+    field = name or problem.field
+    raise UserError(f"{field}: {problem.message}", field=field)
+
+
+def _is_json(content_type: str) -> bool:
+    """The rule FastAPI parses bodies by: ``application/json`` or ``application/*+json``."""
+    media_type = content_type.split(";", 1)[0].strip()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )

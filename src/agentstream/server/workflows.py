@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.services import Services, services
@@ -43,9 +44,7 @@ class WorkflowOut(BaseModel):
     updated_at: datetime
 
 
-class RunIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunIn(InputModel):
     input: Any = None
     """The execution's input: the start block's output ``input`` (``<start.input>``)."""
 

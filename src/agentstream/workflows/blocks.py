@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from agentstream.inputs import find_problem
 from agentstream.workflows.definition import (
     AgentBlock,
     Block,
@@ -50,7 +51,17 @@ async def run_block(
     block: Block, services: Services, outputs: Outputs, *, inputs: Any, events: AgentEvents
 ) -> dict[str, Any]:
     """Run ``block``: ``inputs`` are the execution's (for the start block), ``events``
-    receives what its agents do."""
+    receives what its agents do. An output that cannot be streamed and stored as JSON (say
+    ``float('inf')``) fails the block."""
+    output = await _output(block, services, outputs, inputs=inputs, events=events)
+    if (problem := find_problem(output)) is not None:
+        raise BlockFailed(f"The block's output is not valid JSON: {problem}")
+    return output
+
+
+async def _output(
+    block: Block, services: Services, outputs: Outputs, *, inputs: Any, events: AgentEvents
+) -> dict[str, Any]:
     match block:
         case StartBlock():
             return {"input": inputs}

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from agentstream.agents import AgentSpec
+from agentstream.inputs import InputModel
 
 __all__ = [
     "AgentBlock",
@@ -32,8 +33,8 @@ BlockId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63
 """An identifier, so that expressions can name the block: ``agent1.content``."""
 
 
-class _Block(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Block(InputModel):
+    model_config = ConfigDict(frozen=True)
 
     outputs: ClassVar[tuple[str, ...]]
     """The fields of the block's output, what ``<id.field>`` may name."""
@@ -86,10 +87,10 @@ class OrchestrationBlock(_Block):
     """The task for the coordinator."""
 
 
-class Branch(BaseModel):
+class Branch(InputModel):
     """One way out of a condition block: edges with ``branch: <name>`` leave through it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: BlockId
     when: str | None = None
@@ -194,11 +195,11 @@ Block = Annotated[
 """Any block."""
 
 
-class Edge(BaseModel):
+class Edge(InputModel):
     """``to`` runs after ``from``: when it succeeds (and, from a condition, took ``branch``),
     or, for an error edge (``on: error``), when it fails."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     source: BlockId = Field(alias="from")
     target: BlockId = Field(alias="to")
@@ -207,10 +208,10 @@ class Edge(BaseModel):
     """For edges leaving a condition block: the branch they belong to."""
 
 
-class Workflow(BaseModel):
+class Workflow(InputModel):
     """A DAG of blocks. Independent branches run concurrently."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     id: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,99}$")]
     name: str = Field(default="", max_length=200)

@@ -33,6 +33,11 @@ them for the first site only."""
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+SIX_TO_FOUR_RELAYS = ipaddress.ip_network("192.88.99.0/24")
+"""The deprecated 6to4 relay anycast prefix (RFC 7526): routed to whichever relay is near."""
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix: its last 32 bits are the IPv4 address reached."""
+
 
 class AddressRefused(BlockFailed):
     """The URL's scheme, or an address its host resolves to, is not allowed."""
@@ -64,7 +69,7 @@ class SafeHttpClient:
     ) -> dict[str, Any]:
         """The response as a block output: ``status``, ``headers`` and ``body`` (parsed when
         JSON). A status of 400 or more raises ``BlockFailed``. The caller bounds the time."""
-        target, sent = httpx.URL(url), httpx.Headers(headers)
+        target, sent = _parse(url), httpx.Headers(headers)
         async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
             for _ in range(self.max_redirects + 1):
                 response, content = await self._send(client, method, target, sent, body)
@@ -162,11 +167,12 @@ class SafeHttpClient:
         """What kind of non-public address this is, or None if it may be reached."""
         if any(address in network for network in self.allow):
             return None
-        mapped = getattr(address, "ipv4_mapped", None)
-        if mapped is not None:  # ::ffff:127.0.0.1 is 127.0.0.1
-            return self._refusal(mapped)
+        if (wrapped := _wrapped_ipv4(address)) is not None:
+            return self._refusal(wrapped)
         kinds = {  # most telling first: loopback and link-local addresses are private too
             "loopback": address.is_loopback,
+            "site-local": isinstance(address, ipaddress.IPv6Address) and address.is_site_local,
+            "6to4 relay": address in SIX_TO_FOUR_RELAYS,
             "link-local": address.is_link_local,
             "multicast": address.is_multicast,
             "unspecified": address.is_unspecified,
@@ -175,6 +181,25 @@ class SafeHttpClient:
             "not global": not address.is_global,
         }
         return next((kind for kind, matches in kinds.items() if matches), None)
+
+
+def _parse(url: str) -> httpx.URL:
+    """``url``, or ``BlockFailed`` saying it is not valid: httpx refuses hosts such as
+    ``0177.0.0.1`` or full-width digits (and an invalid redirect fails the request)."""
+    try:
+        return httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise BlockFailed(f"The URL {url!r} is not valid: {exc}") from None
+
+
+def _wrapped_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for, which is where it leads: IPv4-mapped
+    (``::ffff:127.0.0.1``), 6to4 (``2002:7f00:1::``) or NAT64 (``64:ff9b::7f00:1``)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.ipv4_mapped or address.sixtofour
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:

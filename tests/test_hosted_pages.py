@@ -1,0 +1,44 @@
+"""The hosted pages and their assets are served confined: a strict Content-Security-Policy
+(this origin's files only, nothing inline), no framing, no Referer. The Chromium tests of
+each page (test_chat_page, test_run_page) prove the pages work under it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conftest import LiveServer
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/chat/your-slug",
+        "/workflows/demo-pair/run",
+        "/workflows/executions/wfx_0",
+        "/static/chat.js",
+        "/static/run.css",
+    ],
+)
+def test_pages_and_assets_send_the_security_headers(server: LiveServer, path: str) -> None:
+    response = httpx.get(server.url + path)
+    assert response.status_code == 200
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in response.headers["content-security-policy"].split(";")
+    )
+    assert policy["default-src"] == "'none'"
+    assert policy["script-src"] == "'self'"
+    assert policy["style-src"] == "'self'"
+    assert policy["connect-src"] == "'self'"
+    assert policy["frame-ancestors"] == "'none'"
+    assert "unsafe" not in response.headers["content-security-policy"]
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_api_is_left_alone(server: LiveServer) -> None:
+    response = httpx.get(server.url + "/api/chat/your-slug")
+    assert response.status_code == 200
+    assert "content-security-policy" not in response.headers
