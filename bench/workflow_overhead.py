@@ -14,9 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentstream.events import BaseEvent
+from agentstream.runtime.context import RunContext
 from agentstream.workflows import WorkflowEngine, parse_workflow
 from agentstream.workflows.definition import Workflow
-from agentstream.workflows.events import WorkflowEventBase
 
 BLOCKS = 200
 REPEATS = 21
@@ -69,15 +70,15 @@ async def _median_seconds(run: Callable[[], Awaitable[Any]]) -> float:
 
 async def _measure() -> dict[str, Any]:
     engine = WorkflowEngine(functions={"noop": noop})
-    kept: list[WorkflowEventBase] = []
+    kept: list[BaseEvent] = []
 
-    async def sink(event: WorkflowEventBase) -> None:
+    async def sink(event: BaseEvent) -> None:
         kept.append(event)
 
     def executing(workflow: Workflow) -> Callable[[], Awaitable[Any]]:
         async def run() -> None:
             kept.clear()
-            result = await engine.execution(workflow, sink=sink).run()
+            result = await engine.execution(workflow, RunContext("wfx_bench", sink=sink)).run()
             assert result.status == "completed", result
 
         return run

@@ -12,33 +12,35 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstream.agents import AgentSpec
+from agentstream.events import (
+    BaseEvent,
+    BlockCompleted,
+    BlockError,
+    BlockOutput,
+    BlockSkipped,
+    BlockStarted,
+    Reasoning,
+    ReasoningDelta,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
+)
 from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
+from agentstream.runtime.context import RunContext
+from agentstream.runtime.executions import terminal
 from agentstream.runtime.tools import ToolRegistry
 from agentstream.server.frames import encode_events
 from agentstream.sse import SSEDecoder
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP
 from agentstream.workflows import RuntimeAgentRunner, WorkflowEngine, parse_workflow
-from agentstream.workflows.events import (
-    BlockChunk,
-    BlockChunkReset,
-    BlockCompleted,
-    BlockContentDelta,
-    BlockError,
-    BlockOutput,
-    BlockReasoning,
-    BlockReasoningDelta,
-    BlockSkipped,
-    BlockStarted,
-    BlockTool,
-    WorkflowCancelled,
-    WorkflowComplete,
-    WorkflowError,
-    WorkflowEventBase,
-    WorkflowStart,
-)
 
 EXE = "wfx_1"
 TS = 1_700_000_000.25
@@ -51,12 +53,12 @@ class Events:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, kind: type[WorkflowEventBase], **fields: Any) -> WorkflowEventBase:
+    def __call__(self, kind: type[BaseEvent], **fields: Any) -> BaseEvent:
         self.seq += 1
-        return kind(execution_id=EXE, seq=self.seq, ts=TS, **fields)
+        return kind(run_id=EXE, seq=self.seq, ts=TS, **fields)
 
 
-def render(events: list[WorkflowEventBase], policy: CanvasPolicy | None = None) -> list[Any]:
+def render(events: list[BaseEvent], policy: CanvasPolicy | None = None) -> list[Any]:
     view = CanvasView(workflow_id="wf", policy=policy)
     return [frame for event in events for frame in view.frames(event)]
 
@@ -72,35 +74,35 @@ def frame(kind: str, seq: int, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[WorkflowEventBase]:
+def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[BaseEvent]:
     """A live agent block: preamble text retracted, a tool call, thinking, then the answer."""
     return [
         e(BlockStarted, block_id=block_id, block_type="agent"),
-        e(BlockContentDelta, block_id=block_id, delta="Let me look."),
-        e(BlockChunkReset, block_id=block_id),
+        e(TextDelta, block_id=block_id, step=1, delta="Let me look."),
+        e(TextRetracted, block_id=block_id, step=1, text="Let me look."),
         e(
-            BlockTool,
+            ToolCall,
             block_id=block_id,
-            phase="start",
+            step=1,
             call_id="c1",
-            name="calculator",
+            tool_name="calculator",
             arguments={"expression": "SECRET_ARG"},
         ),
         e(
-            BlockTool,
+            ToolResult,
             block_id=block_id,
-            phase="end",
+            step=1,
             call_id="c1",
-            name="calculator",
+            tool_name="calculator",
             status="success",
             result="SECRET_RESULT",
         ),
-        e(BlockReasoningDelta, block_id=block_id, delta="Mail bob@example.com "),
-        e(BlockReasoningDelta, block_id=block_id, delta="now."),
-        e(BlockReasoning, block_id=block_id, text="Mail bob@example.com now."),
-        e(BlockContentDelta, block_id=block_id, delta=answer[:3]),
-        e(BlockContentDelta, block_id=block_id, delta=answer[3:]),
-        e(BlockChunk, block_id=block_id, delta=answer),
+        e(ReasoningDelta, block_id=block_id, step=2, delta="Mail bob@example.com "),
+        e(ReasoningDelta, block_id=block_id, step=2, delta="now."),
+        e(Reasoning, block_id=block_id, step=2, text="Mail bob@example.com now."),
+        e(TextDelta, block_id=block_id, step=2, delta=answer[:3]),
+        e(TextDelta, block_id=block_id, step=2, delta=answer[3:]),
+        e(Text, block_id=block_id, step=2, text=answer),
         e(BlockOutput, block_id=block_id, output={"content": answer}),
         e(BlockCompleted, block_id=block_id),
     ]
@@ -109,13 +111,13 @@ def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[W
 def test_every_event_of_a_live_agent_block_and_the_execution() -> None:
     e = Events()
     events = [
-        e(WorkflowStart, workflow_id="wf"),
+        e(RunStarted, workflow_id="wf"),
         e(BlockStarted, block_id="start", block_type="start"),
         e(BlockOutput, block_id="start", output={"input": "hi"}),
         e(BlockCompleted, block_id="start"),
         *agent_block(e, "ask"),
         e(BlockSkipped, block_id="other"),
-        e(WorkflowComplete, result={"answer": "Hi there"}),
+        e(RunCompleted, result={"answer": "Hi there"}),
     ]
     assert render(events) == [
         frame("execution:started", 1, {}),
@@ -152,12 +154,17 @@ def test_every_event_of_a_live_agent_block_and_the_execution() -> None:
 def test_errors_and_cancellation() -> None:
     e = Events()
     events = [
-        e(WorkflowStart, workflow_id="wf"),
+        e(RunStarted, workflow_id="wf"),
         e(BlockStarted, block_id="fetch", block_type="http"),
         e(BlockError, block_id="fetch", error="HTTP 500", handled=True),
         e(BlockStarted, block_id="calc", block_type="function"),
         e(BlockError, block_id="calc", error="division by zero", handled=False),
-        e(WorkflowError, error="Block 'calc' failed: division by zero", block_id="calc"),
+        e(
+            RunFailed,
+            status="error",
+            message="Block 'calc' failed: division by zero",
+            failed_block="calc",
+        ),
     ]
     assert render(events) == [
         frame("execution:started", 1, {}),
@@ -173,18 +180,18 @@ def test_errors_and_cancellation() -> None:
     ]
     e = Events()
     cancelled = [
-        e(WorkflowStart, workflow_id="wf"),
-        e(WorkflowError, error="Internal error"),
+        e(RunStarted, workflow_id="wf"),
+        e(RunFailed, status="error", message="Internal error"),
     ]
     assert render(cancelled)[1] == frame("execution:error", 2, {"error": "Internal error"})
     e = Events()
-    stopped = [e(WorkflowStart, workflow_id="wf"), e(WorkflowCancelled, reason="Stopped")]
+    stopped = [e(RunStarted, workflow_id="wf"), e(RunFailed, status="cancelled", message="Stopped")]
     assert render(stopped)[1] == frame("execution:cancelled", 2, {"reason": "Stopped"})
     for status in ("timeout", "interrupted"):  # not somebody's cancel: an error
         e = Events()
         ended = [
-            e(WorkflowStart, workflow_id="wf"),
-            e(WorkflowCancelled, reason="Late", status=status),
+            e(RunStarted, workflow_id="wf"),
+            e(RunFailed, status=status, message="Late"),
         ]
         assert render(ended)[1] == frame("execution:error", 2, {"error": "Late"})
 
@@ -193,8 +200,8 @@ def test_a_reset_with_nothing_streamed_and_an_output_less_completion_send_nothin
     e = Events()
     events = [
         e(BlockStarted, block_id="b", block_type="agent"),
-        e(BlockChunkReset, block_id="b"),
-        e(BlockContentDelta, block_id="b", delta=""),
+        e(TextRetracted, block_id="b", step=1, text=""),
+        e(TextDelta, block_id="b", step=1, delta=""),
         e(BlockCompleted, block_id="b"),
     ]
     assert [f["type"] for f in render(events)] == ["block:started", "block:completed"]
@@ -207,10 +214,10 @@ def test_replay_shows_assembled_thinking_once_per_segment_on_its_own_paragraph()
     e = Events()
     persisted = [
         e(BlockStarted, block_id="b", block_type="agent"),
-        e(BlockReasoning, block_id="b", text="First."),
-        e(BlockTool, block_id="b", phase="start", call_id="c", name="t", arguments={"a": 1}),
-        e(BlockTool, block_id="b", phase="end", call_id="c", name="t", status="error", result=1),
-        e(BlockReasoning, block_id="b", text="Second."),
+        e(Reasoning, block_id="b", step=1, text="First."),
+        e(ToolCall, block_id="b", step=1, call_id="c", tool_name="t", arguments={"a": 1}),
+        e(ToolResult, block_id="b", step=1, call_id="c", tool_name="t", status="error", result=1),
+        e(Reasoning, block_id="b", step=2, text="Second."),
         e(BlockOutput, block_id="b", output={"content": "ok"}),
         e(BlockCompleted, block_id="b"),
     ]
@@ -219,11 +226,11 @@ def test_replay_shows_assembled_thinking_once_per_segment_on_its_own_paragraph()
 
     e = Events()
     live = [
-        e(BlockReasoningDelta, block_id="b", delta="Fir"),
-        e(BlockReasoningDelta, block_id="b", delta="st."),
-        e(BlockReasoning, block_id="b", text="First."),
-        e(BlockReasoningDelta, block_id="b", delta="Second."),
-        e(BlockReasoning, block_id="b", text="Second."),
+        e(ReasoningDelta, block_id="b", step=1, delta="Fir"),
+        e(ReasoningDelta, block_id="b", step=1, delta="st."),
+        e(Reasoning, block_id="b", step=1, text="First."),
+        e(ReasoningDelta, block_id="b", step=2, delta="Second."),
+        e(Reasoning, block_id="b", step=2, text="Second."),
     ]
     thinking = [f["data"]["text"] for f in render(live)]
     assert thinking == ["Fir", "st.", "\n\nSecond."]
@@ -233,11 +240,11 @@ def test_thinking_is_capped_per_block_and_the_answer_is_not() -> None:
     e = Events()
     big = "x" * (THINKING_CAP - 10)
     events = [
-        e(BlockReasoningDelta, block_id="a", delta=big),
-        e(BlockReasoningDelta, block_id="a", delta="y" * 25),
-        e(BlockReasoningDelta, block_id="a", delta="z"),
-        e(BlockReasoningDelta, block_id="b", delta="other block"),
-        e(BlockContentDelta, block_id="a", delta="answer"),
+        e(ReasoningDelta, block_id="a", step=1, delta=big),
+        e(ReasoningDelta, block_id="a", step=1, delta="y" * 25),
+        e(ReasoningDelta, block_id="a", step=1, delta="z"),
+        e(ReasoningDelta, block_id="b", step=1, delta="other block"),
+        e(TextDelta, block_id="a", step=1, delta="answer"),
     ]
     frames = render(events)
     assert [f["data"].get("text", f["data"].get("chunk")) for f in frames] == [
@@ -251,11 +258,11 @@ def test_thinking_is_capped_per_block_and_the_answer_is_not() -> None:
 def test_a_redacted_block_forwards_nothing_live_and_completes_redacted() -> None:
     e = Events()
     events = [
-        e(WorkflowStart, workflow_id="wf"),
+        e(RunStarted, workflow_id="wf"),
         *agent_block(e, "secret", answer="Write to bob@example.com"),
         *agent_block(e, "open", answer="Write to ann@example.com"),
         e(BlockError, block_id="secret", error="bad address bob@example.com", handled=True),
-        e(WorkflowComplete, result={"answer": "bob@example.com"}),
+        e(RunCompleted, result={"answer": "bob@example.com"}),
     ]
     policy = CanvasPolicy(redacted_blocks={"secret"})
     frames = render(events, policy)
@@ -281,7 +288,7 @@ def test_the_result_is_not_redacted_when_no_redacted_block_ran() -> None:
     e = Events()
     events = [
         e(BlockSkipped, block_id="secret"),
-        e(WorkflowComplete, result="ann@example.com"),
+        e(RunCompleted, result="ann@example.com"),
     ]
     frames = render(events, CanvasPolicy(redacted_blocks={"secret"}))
     assert frames[-1]["data"] == {"result": "ann@example.com"}
@@ -291,7 +298,7 @@ def test_frames_encode_as_data_lines_with_the_event_id_inside() -> None:
     """A POST stream is ``data:`` lines only, the position in ``eventId``; a GET stream also
     has ``id:`` lines, for EventSource."""
     e = Events()
-    start = e(WorkflowStart, workflow_id="wf")
+    start = e(RunStarted, workflow_id="wf")
     (started,) = render([start])
     posted = encode_events([start], CanvasView(workflow_id="wf").frames)
     followed = encode_events([start], CanvasView(workflow_id="wf").frames, ids=True)
@@ -307,7 +314,7 @@ tool_events = st.lists(
         st.sampled_from(["a", "b"]),
         st.sampled_from(["start", "end"]),
         secret,
-        st.sampled_from(["success", "error", "cancelled", None]),
+        st.sampled_from(["success", "error", "cancelled"]),
     ),
     max_size=8,
 )
@@ -316,19 +323,27 @@ tool_events = st.lists(
 @settings(max_examples=50, deadline=None)
 @given(tools=tool_events, redacted=st.sets(st.sampled_from(["a", "b"])))
 def test_no_tool_frame_carries_arguments_or_results(
-    tools: list[tuple[str, str, str, str | None]], redacted: set[str]
+    tools: list[tuple[str, str, str, str]], redacted: set[str]
 ) -> None:
     e = Events()
     events = [
         e(
-            BlockTool,
+            ToolCall,
             block_id=block_id,
-            phase=phase,
+            step=1,
             call_id=f"c{i}",
-            name="tool",
-            arguments={"q": marker} if phase == "start" else None,
-            result={"r": marker} if phase == "end" else None,
-            status=status if phase == "end" else None,
+            tool_name="tool",
+            arguments={"q": marker},
+        )
+        if phase == "start"
+        else e(
+            ToolResult,
+            block_id=block_id,
+            step=1,
+            call_id=f"c{i}",
+            tool_name="tool",
+            status=status,
+            result={"r": marker},
         )
         for i, (block_id, phase, marker, status) in enumerate(tools)
     ]
@@ -379,20 +394,22 @@ async def test_a_real_execution_assembles_each_blocks_text_and_keeps_tool_argume
     runner = RuntimeAgentRunner(
         models=ModelRegistry(load_catalog()), tools=ToolRegistry(BUILTIN_TOOLS), agents=find
     )
-    events: list[WorkflowEventBase] = []
+    events: list[BaseEvent] = []
 
-    async def sink(event: WorkflowEventBase) -> None:
+    async def sink(event: BaseEvent) -> None:
         events.append(event)
 
+    ctx = RunContext(EXE, sink=sink)
     with anyio.fail_after(10):
-        await WorkflowEngine(agents=runner).execution(flow, sink=sink).run("hello")
+        result = await WorkflowEngine(agents=runner).execution(flow, ctx).run("hello")
+    events.append(terminal(ctx, result))  # as the server ends it
 
     frames = render(events)
     ids = [f["eventId"] for f in frames]
     assert ids == sorted(set(ids))
     assert frames[0]["type"] == "execution:started"
     assert frames[-1]["type"] == "execution:completed"
-    tool_starts = [e for e in events if isinstance(e, BlockTool) and e.arguments]
+    tool_starts = [e for e in events if isinstance(e, ToolCall) and e.arguments]
     assert tool_starts, "the calc agent called its tool"
     assert '"expression"' not in json.dumps(frames)
 

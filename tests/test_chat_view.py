@@ -142,7 +142,7 @@ policies = st.builds(
 @given(turns=runs(), policy=policies)
 def test_public_frames_keep_every_promise(turns: list[Turn], policy: ChatPolicy) -> None:
     events = canonical_events(turns)
-    view = ChatView(policy, block_id="b", conversation_id="c")
+    view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
     frames = [frame for event in events for frame in view.frames(event)]
     final = "".join(turns[-1].text)
     shown = policy.redact(final) if policy.redact else final
@@ -180,7 +180,9 @@ def test_public_frames_keep_every_promise(turns: list[Turn], policy: ChatPolicy)
 
 def test_live_text_is_retracted_when_the_turn_calls_tools() -> None:
     turns = [Turn([], ["PREa", " b"], ["ARG1x"]), Turn([], ["Done", "."], [])]
-    view = ChatView(ChatPolicy(protocol_v1=True), block_id="b", conversation_id="c")
+    view = ChatView(
+        ChatPolicy(protocol_v1=True), output_blocks=["b"], run_block="b", conversation_id="c"
+    )
     frames = [f for e in canonical_events(turns) for f in view.frames(e)]
     assert frames[:6] == [
         {"blockId": "b", "chunk": "PREa"},
@@ -205,7 +207,7 @@ def test_live_text_is_retracted_when_the_turn_calls_tools() -> None:
 def test_thinking_is_capped_per_block() -> None:
     turns = [Turn(["x" * 300_000, "y" * 300_000], ["Hi"], [])]
     policy = ChatPolicy(protocol_v1=True, include_thinking=True)
-    view = ChatView(policy, block_id="b", conversation_id="c")
+    view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
     frames = [f for e in canonical_events(turns) for f in view.frames(e)]
     thinking = "".join(f["data"] for f in frames if f.get("event") == "thinking")
     assert len(thinking) == THINKING_CAP
@@ -215,7 +217,9 @@ def test_thinking_is_capped_per_block() -> None:
 def test_errors_end_the_stream_without_final() -> None:
     from agentstream.events import RunFailed
 
-    view = ChatView(ChatPolicy(protocol_v1=False), block_id="b", conversation_id="c")
+    view = ChatView(
+        ChatPolicy(protocol_v1=False), output_blocks=["b"], run_block="b", conversation_id="c"
+    )
     failed = RunFailed(run_id="r", seq=1, ts=0, status="timeout", message="too slow")
     assert view.frames(failed) == [{"event": "error", "error": "too slow"}]
 
@@ -235,7 +239,7 @@ def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
     events = canonical_events(turns)[:-1]  # everything but the completion
     events = events[: int(len(events) * cut)]
     failed = RunFailed(run_id="run", seq=10**6, ts=0, status=status, message="stopped")  # type: ignore[arg-type]
-    view = ChatView(policy, block_id="b", conversation_id="c")
+    view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
     frames = [frame for event in [*events, failed] for frame in view.frames(event)]
     wire = [json.dumps(frame) for frame in frames]
 
@@ -288,7 +292,7 @@ def test_a_paused_run_says_the_answer_waits_for_approval() -> None:
         ],
     }
     for policy, expected in shown.items():
-        view = ChatView(policy, block_id="b", conversation_id="c")
+        view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
         frames = [frame for event in paused_run() for frame in view.frames(event)]
         assert frames == expected
         assert "ARG" not in json.dumps(frames), "never the tool's arguments"

@@ -6,58 +6,58 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentstream.views.chat import ChatPolicy
-from agentstream.views.workflow_chat import WorkflowChatView
-from agentstream.workflows.events import (
-    BlockChunk,
-    BlockChunkReset,
+from agentstream.events import (
+    BaseEvent,
     BlockCompleted,
-    BlockContentDelta,
     BlockOutput,
     BlockStarted,
-    BlockTool,
-    WorkflowComplete,
-    WorkflowError,
-    WorkflowEventBase,
-    WorkflowStart,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
 )
+from agentstream.views.chat import ChatPolicy, ChatView
 from conftest import LiveServer, read_events
 
-META = {"execution_id": "wfx_1", "ts": 0.0}
+META = {"run_id": "wfx_1", "ts": 0.0}
 
 
-def events(*made: tuple[type[WorkflowEventBase], dict[str, Any]]) -> list[WorkflowEventBase]:
+def events(*made: tuple[type[BaseEvent], dict[str, Any]]) -> list[BaseEvent]:
     return [kind(**META, seq=seq, **fields) for seq, (kind, fields) in enumerate(made, 1)]
 
 
 # Two output blocks in parallel: "b" streams while "a" is still going, and "a" retracts a
 # preamble before its answer. A third block, "hidden", is not an output block.
 PARALLEL = events(
-    (WorkflowStart, {"workflow_id": "w"}),
+    (RunStarted, {"workflow_id": "w"}),
     (BlockStarted, {"block_id": "a", "block_type": "agent"}),
     (BlockStarted, {"block_id": "b", "block_type": "agent"}),
-    (BlockContentDelta, {"block_id": "a", "delta": "Let me check."}),
-    (BlockContentDelta, {"block_id": "b", "delta": "Bee "}),
-    (BlockContentDelta, {"block_id": "hidden", "delta": "secret"}),
-    (BlockChunkReset, {"block_id": "a"}),
-    (BlockTool, {"block_id": "a", "phase": "start", "call_id": "c1", "name": "calculator",
-                 "arguments": {"expression": "6*7"}}),
-    (BlockTool, {"block_id": "a", "phase": "end", "call_id": "c1", "name": "calculator",
-                 "status": "success", "result": 42}),
-    (BlockContentDelta, {"block_id": "b", "delta": "done."}),
-    (BlockChunk, {"block_id": "b", "delta": "Bee done."}),
+    (TextDelta, {"block_id": "a", "step": 1, "delta": "Let me check."}),
+    (TextDelta, {"block_id": "b", "step": 1, "delta": "Bee "}),
+    (TextDelta, {"block_id": "hidden", "step": 1, "delta": "secret"}),
+    (TextRetracted, {"block_id": "a", "step": 1, "text": "Let me check."}),
+    (ToolCall, {"block_id": "a", "step": 1, "call_id": "c1", "tool_name": "calculator",
+                "arguments": {"expression": "6*7"}}),
+    (ToolResult, {"block_id": "a", "step": 1, "call_id": "c1", "tool_name": "calculator",
+                  "status": "success", "result": 42}),
+    (TextDelta, {"block_id": "b", "step": 1, "delta": "done."}),
+    (Text, {"block_id": "b", "step": 1, "text": "Bee done."}),
     (BlockOutput, {"block_id": "b", "output": {"content": "Bee done."}}),
     (BlockCompleted, {"block_id": "b"}),
-    (BlockContentDelta, {"block_id": "a", "delta": "42."}),
-    (BlockChunk, {"block_id": "a", "delta": "42."}),
+    (TextDelta, {"block_id": "a", "step": 2, "delta": "42."}),
+    (Text, {"block_id": "a", "step": 2, "text": "42."}),
     (BlockOutput, {"block_id": "a", "output": {"content": "42."}}),
     (BlockCompleted, {"block_id": "a"}),
-    (WorkflowComplete, {"result": {"x": 1}}),
+    (RunCompleted, {"result": {"x": 1}}),
 )  # fmt: skip
 
 
-def render(policy: ChatPolicy, stream: list[WorkflowEventBase]) -> list[dict[str, Any]]:
-    view = WorkflowChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
+def render(policy: ChatPolicy, stream: list[BaseEvent]) -> list[dict[str, Any]]:
+    view = ChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
     return [frame for event in stream for frame in view.frames(event)]
 
 
@@ -106,7 +106,10 @@ def test_a_block_with_no_stream_answers_with_its_output_and_errors_stay_generic(
     stream = events(
         (BlockOutput, {"block_id": "a", "output": {"text": "From a template."}}),
         (BlockCompleted, {"block_id": "a"}),
-        (WorkflowError, {"error": "block 'b' failed: KeyError at /srv/app.py:12"}),
+        (
+            RunFailed,
+            {"status": "error", "message": "block 'b' failed: KeyError at /srv/app.py:12"},
+        ),
     )
     frames = render(ChatPolicy(protocol_v1=True), stream)
     assert frames[0] == {"blockId": "a", "chunk": "From a template."}

@@ -9,6 +9,11 @@ import pytest
 from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
+    BlockCompleted,
+    BlockError,
+    BlockOutput,
+    BlockSkipped,
+    BlockStarted,
     ContextHandlerCreated,
     DelegationCompleted,
     DelegationStarted,
@@ -34,6 +39,8 @@ from agentstream.events import (
 from agentstream.views.native import NativeFrameAdapter, frame
 
 META: dict[str, Any] = {"run_id": "run_1", "seq": 7, "ts": 1.5}
+
+BLOCK: dict[str, Any] = {**META, "block_id": "b"}
 
 CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
     (
@@ -123,6 +130,12 @@ CASES: list[tuple[BaseEvent, dict[str, Any] | None]] = [
             "error": "no",
         },
     ),
+    # An agent run has no blocks: the workflow surface shows these (views.workflow).
+    (BlockStarted(**BLOCK, block_type="agent"), None),
+    (BlockOutput(**BLOCK, output={"content": "Hi"}), None),
+    (BlockCompleted(**BLOCK), None),
+    (BlockError(**BLOCK, error="no", handled=False), None),
+    (BlockSkipped(**BLOCK), None),
 ]
 
 

@@ -6,7 +6,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agentstream.events import BaseEvent, StepStarted
+from agentstream.events import Event, StepStarted
 from agentstream.runlog import RunLog
 
 pytestmark = pytest.mark.anyio
@@ -54,7 +54,7 @@ async def test_next_batch_returns_everything_pending_at_once() -> None:
     subscription = log.subscribe("r")
     for seq in range(1, 4):
         log.append(step(seq))
-    batch: list[BaseEvent] = await subscription.next_batch()
+    batch: list[Event] = await subscription.next_batch()
     assert [e.seq for e in batch] == [1, 2, 3]
     log.close("r")
     assert subscription.ended

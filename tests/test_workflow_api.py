@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from agentstream.agents import AgentSpec
+from agentstream.events import RunFailed
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -26,7 +27,9 @@ from agentstream.providers.base import (
     TurnEndPart,
 )
 from agentstream.providers.scripted import ScriptedModel
-from agentstream.runtime.executions import ExecutionLog, ExecutionManager
+from agentstream.runlog import RunLog
+from agentstream.runtime.executions import ExecutionManager
+from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from agentstream.store import Store
@@ -34,7 +37,6 @@ from agentstream.store.database import Database
 from agentstream.store.workflows import WorkflowStore
 from agentstream.views.workflow import WorkflowFrameAdapter
 from agentstream.workflows import WorkflowEngine, parse_workflow
-from agentstream.workflows.events import WorkflowCancelled
 from conftest import (
     LiveServer,
     call_wait_then_answer,
@@ -47,7 +49,7 @@ from conftest import (
     wait_until,
 )
 
-FORWARDED_ONLY = {"content_delta", "reasoning_delta", "block_chunk"}
+FORWARDED_ONLY = {"content_delta", "reasoning_delta"}
 
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
@@ -690,7 +692,7 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
             cancel = client.post(f"/api/workflows/executions/{execution_id}/cancel")
             replay = client.get(f"/api/workflows/executions/{execution_id}/stream")
             canvas = client.get(f"/api/workflows/executions/{execution_id}/canvas")
-    stopped = "The server stopped during the execution"
+    stopped = "The server stopped during the run"
     assert (record["status"], record["error"]) == ("interrupted", stopped)
     assert cancel.status_code == 409
     replayed = frames_of(SSEDecoder().feed(replay.content))  # ends as every stream does
@@ -914,20 +916,22 @@ async def test_a_start_cancelled_once_recorded_still_runs_the_execution_to_a_tru
         definition("echo", [{"id": "out", "type": "response", "output": 1}], [("start", "out")])
     )
     try:
-        async with ExecutionManager(
-            engine=WorkflowEngine(), store=workflows, log=ExecutionLog(), timeout_seconds=60
-        ) as executions:
+        async with Supervisor(RunLog()) as supervisor:
+            executions = ExecutionManager(
+                engine=WorkflowEngine(), store=workflows, supervisor=supervisor, timeout_seconds=60
+            )
             async with anyio.create_task_group() as starter:
                 starter.start_soon(executions.start, flow)
                 await workflows.recorded.wait()
                 starter.cancel_scope.cancel()  # the client went away
                 workflows.go_on.set()
             [record] = await workflows.list_executions("echo")
-            following = executions.subscribe(record.id)
+            following = supervisor.subscribe(record.id)
             assert following is not None, "recorded, so started"
             with anyio.fail_after(10):
                 events = [event async for event in following]
-        assert isinstance(events[-1], WorkflowCancelled)
+        assert isinstance(events[-1], RunFailed)
+        assert events[-1].status == "cancelled"
         record = await workflows.get_execution(record.id)
         assert record is not None
         assert record.status == "cancelled"

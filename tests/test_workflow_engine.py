@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -31,6 +31,7 @@ from agentstream.providers.registry import ModelRegistry
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.context import RunContext
+from agentstream.runtime.executions import terminal
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.workflows import (
     AgentEvents,
@@ -41,12 +42,11 @@ from agentstream.workflows import (
     WorkflowInvalid,
     parse_workflow,
 )
-from agentstream.workflows.events import WorkflowEventBase
 from agentstream.workflows.expressions import Expression
 
 pytestmark = pytest.mark.anyio
 
-TERMINAL = {"workflow_complete", "workflow_error", "workflow_cancelled"}
+TERMINAL = {"run_completed", "run_failed"}
 
 
 @pytest.fixture
@@ -58,16 +58,16 @@ class Recorder:
     """An event sink that keeps everything, and can wake a test when an event arrives."""
 
     def __init__(self) -> None:
-        self.events: list[WorkflowEventBase] = []
-        self._watchers: list[tuple[Callable[[WorkflowEventBase], bool], anyio.Event]] = []
+        self.events: list[BaseEvent] = []
+        self._watchers: list[tuple[Callable[[BaseEvent], bool], anyio.Event]] = []
 
-    async def __call__(self, event: WorkflowEventBase) -> None:
+    async def __call__(self, event: BaseEvent) -> None:
         self.events.append(event)
         for matches, seen in self._watchers:
             if matches(event):
                 seen.set()
 
-    def watch(self, matches: Callable[[WorkflowEventBase], bool]) -> anyio.Event:
+    def watch(self, matches: Callable[[BaseEvent], bool]) -> anyio.Event:
         seen = anyio.Event()
         self._watchers.append((matches, seen))
         return seen
@@ -96,20 +96,29 @@ def workflow(
     )
 
 
+def emitter(sink: Callable[[BaseEvent], Awaitable[None]]) -> RunContext:
+    """An execution's emitter whose sink is ``sink``."""
+    return RunContext("wfx_test", sink=sink)
+
+
 async def execute(
     flow: Workflow, inputs: Any = None, **engine: Any
 ) -> tuple[Recorder, ExecutionResult]:
+    """Run the execution, then end it as the server does, with the terminal event that
+    says how (``runtime.executions.terminal``)."""
     recorder = Recorder()
+    ctx = emitter(recorder)
     with anyio.fail_after(10):
-        result = await WorkflowEngine(**engine).execution(flow, sink=recorder).run(inputs)
+        result = await WorkflowEngine(**engine).execution(flow, ctx).run(inputs)
+    await recorder(terminal(ctx, result))
     return recorder, result
 
 
 def assert_well_formed(recorder: Recorder) -> None:
-    """Seqs 1, 2, 3...; ``workflow_start`` first and exactly one terminal event, last."""
+    """Seqs 1, 2, 3...; ``run_started`` first and exactly one terminal event, last."""
     assert [e.seq for e in recorder.events] == list(range(1, len(recorder.events) + 1))
     types = recorder.types()
-    assert types[0] == "workflow_start"
+    assert types[0] == "run_started"
     assert [t for t in types if t in TERMINAL] == [types[-1]]
 
 
@@ -159,7 +168,7 @@ async def test_diamond_runs_its_parallel_pair_concurrently_and_completes_last() 
     recorder, result = await execute(flow, "hi", agents=TakingTurns("left", "right"))
 
     assert_well_formed(recorder)
-    deltas = [(e.block_id, e.delta) for e in recorder.of("content_delta")]
+    deltas = [(e.block_id, e.delta) for e in recorder.of("text_delta")]
     assert deltas == [
         ("left", "left0 "),
         ("right", "right0 "),
@@ -170,14 +179,14 @@ async def test_diamond_runs_its_parallel_pair_concurrently_and_completes_last() 
     ]
     assert recorder.types("left") == [
         "block_started",
-        *["content_delta"] * 3,
+        *["text_delta"] * 3,
         "block_output",
         "block_completed",
     ]
     seq = {(e.type, e.block_id): e.seq for e in recorder.events if hasattr(e, "block_id")}
     assert seq["block_started", "join"] > seq["block_completed", "left"]
     assert seq["block_started", "join"] > seq["block_completed", "right"]
-    assert recorder.types()[-1] == "workflow_complete"
+    assert recorder.types()[-1] == "run_completed"
     assert result == ExecutionResult("completed", result="left says hi | right says hi")
     assert recorder.events[-1].result == "left says hi | right says hi"
 
@@ -193,9 +202,9 @@ async def test_a_chain_runs_in_order_with_outputs_before_completion() -> None:
     recorder, result = await execute(flow, "x")
 
     assert recorder.types() == [
-        "workflow_start",
+        "run_started",
         *["block_started", "block_output", "block_completed"] * 3,
-        "workflow_complete",
+        "run_completed",
     ]
     assert [e.block_id for e in recorder.of("block_started")] == ["start", "a", "b"]
     assert recorder.of("block_output")[2].output == {"text": "b(a(x))"}
@@ -205,7 +214,7 @@ async def test_a_chain_runs_in_order_with_outputs_before_completion() -> None:
 async def test_a_slow_sink_still_receives_events_in_seq_order() -> None:
     received: list[int] = []
 
-    async def slow_sink(event: WorkflowEventBase) -> None:
+    async def slow_sink(event: BaseEvent) -> None:
         await anyio.sleep(0.001 * (event.seq % 3))
         received.append(event.seq)
 
@@ -213,10 +222,10 @@ async def test_a_slow_sink_still_receives_events_in_seq_order() -> None:
         [{"id": f"t{i}", "type": "template", "template": "<start.input>"} for i in range(5)],
         [("start", f"t{i}") for i in range(5)],
     )
-    await WorkflowEngine().execution(flow, sink=slow_sink).run("x")
+    await WorkflowEngine().execution(flow, emitter(slow_sink)).run("x")
 
     assert received == list(range(1, len(received) + 1))
-    assert len(received) == 1 + 3 * 6 + 1
+    assert len(received) == 1 + 3 * 6
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -252,8 +261,8 @@ async def test_a_failing_block_short_circuits_the_workflow() -> None:
     assert recorder.types("slow") == ["block_started"]  # cancelled, never completed
     assert recorder.types("after") == []
     last = recorder.events[-1]
-    assert last.type == "workflow_error"
-    assert (last.block_id, last.error) == (
+    assert (last.type, last.status) == ("run_failed", "error")
+    assert (last.failed_block, last.message) == (
         "bad",
         "Block 'bad' failed: fail raised ValueError: boom",
     )
@@ -522,7 +531,7 @@ async def test_a_workflow_calling_an_unregistered_function_cannot_start() -> Non
     flow = workflow([{"id": "f", "type": "function", "function": "nope"}], [("start", "f")])
 
     with pytest.raises(WorkflowInvalid, match="no function 'nope'"):
-        WorkflowEngine(functions={"yes": print}).execution(flow, sink=Recorder())
+        WorkflowEngine(functions={"yes": print}).execution(flow, emitter(Recorder()))
 
 
 # --- agent and orchestration blocks ---------------------------------------------------------
@@ -582,25 +591,30 @@ async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycl
     assert_well_formed(recorder)
     scoped = [e for e in recorder.events if getattr(e, "block_id", None) == "ask"]
     summary = [
-        (e.type, getattr(e, "delta", None) or getattr(e, "text", None) or getattr(e, "phase", None))
+        (
+            e.type,
+            getattr(e, "step", None),
+            getattr(e, "delta", None) or getattr(e, "text", None),
+        )
         for e in scoped
     ]
     assert summary == [
-        ("block_started", None),
-        ("content_delta", "Let me compute."),
-        ("chunk_reset", None),
-        ("block_tool", "start"),
-        ("block_tool", "end"),
-        ("reasoning_delta", "2+2 is 4. "),
-        ("block_reasoning", "2+2 is 4. "),
-        ("content_delta", "The answer "),
-        ("content_delta", "is 4."),
-        ("block_chunk", "The answer is 4."),
-        ("block_output", None),
-        ("block_completed", None),
+        ("block_started", None, None),
+        ("text_delta", 1, "Let me compute."),
+        ("text_retracted", 1, "Let me compute."),
+        ("tool_call", 1, None),
+        ("tool_result", 1, None),
+        ("reasoning_delta", 2, "2+2 is 4. "),
+        ("reasoning", 2, "2+2 is 4. "),
+        ("text_delta", 2, "The answer "),
+        ("text_delta", 2, "is 4."),
+        ("text", 2, "The answer is 4."),
+        ("block_output", None, None),
+        ("block_completed", None, None),
     ]
-    start, end = recorder.of("block_tool")
-    assert (start.call_id, start.name, start.arguments) == (
+    (start,) = recorder.of("tool_call")
+    (end,) = recorder.of("tool_result")
+    assert (start.call_id, start.tool_name, start.arguments) == (
         "ask:call_1",
         "calculator",
         {"expression": "2+2"},
@@ -681,7 +695,7 @@ async def test_orchestration_blocks_run_through_their_runner_and_forward_its_tex
         [("start", "team")],
     )
     recorder, _ = await execute(flow, "the job", orchestrations=Orchestrations())
-    assert [(e.block_id, e.delta) for e in recorder.of("content_delta")] == [
+    assert [(e.block_id, e.delta) for e in recorder.of("text_delta")] == [
         ("team", "thinking aloud")
     ]
     assert recorder.of("block_output")[-1].output == {"content": "crew did the job"}
@@ -745,12 +759,15 @@ def cancellable() -> tuple[Workflow, ScriptedModel, ScriptedModel, RuntimeAgentR
     return flow, left, right, agent_runner(left, right, tools=[Tool(wait)])
 
 
-async def test_cancelling_an_execution_stops_every_running_block() -> None:
+async def test_cancelling_an_execution_stops_every_running_block_and_propagates() -> None:
+    """The supervisor stops a run by cancelling it: every running block stops, a tool call
+    in flight settles as cancelled, and the cancel propagates (the supervisor then ends the
+    run with its terminal event)."""
     flow, left, right, runner = cancellable()
     recorder = Recorder()
-    tool_started = recorder.watch(lambda e: e.type == "block_tool")
-    chattering = recorder.watch(lambda e: e.type == "content_delta")
-    execution = WorkflowEngine(agents=runner).execution(flow, sink=recorder)
+    tool_started = recorder.watch(lambda e: e.type == "tool_call")
+    chattering = recorder.watch(lambda e: e.type == "text_delta")
+    execution = WorkflowEngine(agents=runner).execution(flow, emitter(recorder))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
@@ -758,44 +775,29 @@ async def test_cancelling_an_execution_stops_every_running_block() -> None:
             async def cancel_when_both_run() -> None:
                 await tool_started.wait()
                 await chattering.wait()
-                execution.cancel("Client cancelled request")
+                group.cancel_scope.cancel()
 
             group.start_soon(cancel_when_both_run)
-            result = await execution.run("go")
+            await execution.run("go")
+            raise AssertionError("the cancel propagates")
 
-    assert result == ExecutionResult("cancelled", error="Client cancelled request")
-    assert_well_formed(recorder)
-    assert recorder.events[-1].type == "workflow_cancelled"
-    assert recorder.events[-1].reason == "Client cancelled request"
-    ends = [e for e in recorder.of("block_tool") if e.phase == "end"]
+    types = recorder.types()
+    assert [e.seq for e in recorder.events] == list(range(1, len(recorder.events) + 1))
+    assert types[0] == "run_started"
+    assert not TERMINAL & set(types)
+    ends = recorder.of("tool_result")
     assert [(e.block_id, e.call_id, e.status) for e in ends] == [
         ("left", "left:call_w", "cancelled")
     ]
     assert "block_completed" not in recorder.types("left") + recorder.types("right")
     assert recorder.types("join") == []
     assert left.open_streams == right.open_streams == 0
-    assert len(recorder.of("content_delta")) < 100
-
-
-async def test_cancelling_the_callers_scope_ends_with_cancelled_and_propagates() -> None:
-    flow, _, right, runner = cancellable()
-    recorder = Recorder()
-    chattering = recorder.watch(lambda e: e.type == "content_delta")
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-            group.start_soon(WorkflowEngine(agents=runner).execution(flow, sink=recorder).run)
-            await chattering.wait()
-            group.cancel_scope.cancel()
-
-    assert_well_formed(recorder)
-    assert recorder.events[-1].type == "workflow_cancelled"
-    assert right.open_streams == 0
+    assert len(recorder.of("text_delta")) < 100
 
 
 async def test_an_execution_runs_once() -> None:
     flow = workflow([], [])
-    execution = WorkflowEngine().execution(flow, sink=Recorder())
+    execution = WorkflowEngine().execution(flow, emitter(Recorder()))
     await execution.run()
 
     with pytest.raises(RuntimeError, match="runs once"):

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from agentstream.runtime.context import RunContext
 from agentstream.workflows import (
     BlockFailed,
     ExecutionResult,
@@ -96,7 +97,9 @@ async def fetch(
 
     engine = WorkflowEngine(http=SafeHttpClient(allow=allow or []))
     with anyio.fail_after(10):
-        result = await engine.execution(flow, sink=sink).run({"token": "t0k"})
+        result = await engine.execution(flow, RunContext("wfx_http", sink=sink)).run(
+            {"token": "t0k"}
+        )
     return result, events
 
 

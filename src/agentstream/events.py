@@ -1,8 +1,12 @@
 """The canonical event vocabulary: everything a run does, in one sequence-numbered stream.
 
-The runtime emits only these; views translate them into each surface's frames and the
-store keeps the persisted ones. Token deltas are forwarded-only (``persisted = False``):
-they are never written to the database, the assembled text is.
+A run is an agent run or a workflow execution: both write these events, one vocabulary.
+A workflow's block lifecycle is here too, and what an agent does inside a block is the
+same events as in a run of its own, scoped to the block by ``block_id``. The runtime emits
+only these; views translate them into each surface's frames (the spec's wire names, such as
+``workflow_start`` or ``block_chunk``, are the views' concern) and the store keeps the
+persisted ones. Token deltas are forwarded-only (``persisted = False``): they are never
+written to the database, the assembled text is.
 """
 
 from __future__ import annotations
@@ -13,9 +17,15 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, TypeAdapter
 
 __all__ = [
+    "INTERRUPTED",
     "STEP_SEPARATOR",
     "ApprovalRequested",
     "BaseEvent",
+    "BlockCompleted",
+    "BlockError",
+    "BlockOutput",
+    "BlockSkipped",
+    "BlockStarted",
     "ContextHandlerCreated",
     "DelegationCompleted",
     "DelegationStarted",
@@ -23,6 +33,7 @@ __all__ = [
     "EntityText",
     "Event",
     "EventAdapter",
+    "FailureStatus",
     "Reasoning",
     "ReasoningDelta",
     "ReasoningSummary",
@@ -42,6 +53,9 @@ __all__ = [
 
 ToolStatus = Literal["success", "error", "cancelled"]
 FailureStatus = Literal["error", "timeout", "cancelled", "interrupted"]
+
+INTERRUPTED = "The server stopped during the run"
+"""Why a run that the server's stopping (or a crash) cut off ended."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +94,8 @@ class BaseEvent:
     """Position in the run, from 1, strictly increasing: what subscribers resume from."""
     ts: float
     """Unix time at emission."""
+    block_id: str | None = None
+    """The workflow block the event is about; None for the run itself."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,13 +106,15 @@ class _StepScoped(BaseEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(BaseEvent):
-    """The run was accepted and is executing."""
+    """The run was accepted and is executing. Always the first event."""
 
     type: Literal["run_started"] = "run_started"
-    agent_id: str
-    """The agent being run."""
-    session_id: str
-    """The conversation this run continues; pass it back for the next turn."""
+    agent_id: str | None = None
+    """The agent being run, for an agent run."""
+    session_id: str | None = None
+    """The conversation an agent run continues; pass it back for the next turn."""
+    workflow_id: str | None = None
+    """The workflow being executed, for a workflow run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,13 +263,16 @@ class StepCompleted(_StepScoped):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(BaseEvent):
-    """The run finished with an answer. Always the last event of a successful run."""
+    """The run finished. Always the last event of a successful run."""
 
     type: Literal["run_completed"] = "run_completed"
-    content: str
-    """The final answer: final-turn text only, never preamble."""
+    content: str = ""
+    """An agent's final answer: final-turn text only, never preamble."""
+    result: Any = None
+    """A workflow's result: the output of the response block that ran (several: an object
+    by block id; none: null)."""
     usage: Usage = field(default_factory=Usage)
-    """Tokens used over the whole run."""
+    """Tokens an agent run used."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +284,8 @@ class RunFailed(BaseEvent):
     """Why: an error, the execution timeout, a cancel, or a server stop."""
     message: str
     """What happened, for a person."""
+    failed_block: str | None = None
+    """The block whose failure short-circuited a workflow, if one did."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,6 +340,57 @@ class DelegationCompleted(_EntityScoped):
     """Why it did not answer, otherwise."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BlockLifecycle(BaseEvent):
+    block_id: str
+    """The block this event is about."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockStarted(_BlockLifecycle):
+    """The engine is about to execute a block: all its predecessors are done."""
+
+    type: Literal["block_started"] = "block_started"
+    block_type: str
+    """The block's type, e.g. ``agent`` or ``condition``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockOutput(_BlockLifecycle):
+    """A block finished with this output, which downstream blocks may reference."""
+
+    type: Literal["block_output"] = "block_output"
+    output: dict[str, Any]
+    """The block's output fields, e.g. ``{"content": ...}`` for an agent."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockCompleted(_BlockLifecycle):
+    """A block has fully finished, after its output."""
+
+    type: Literal["block_completed"] = "block_completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockError(_BlockLifecycle):
+    """A block failed. The workflow short-circuits unless the block has error edges, whose
+    handlers run next with ``<block.error>``."""
+
+    type: Literal["block_error"] = "block_error"
+    error: str
+    """What went wrong, for a person."""
+    handled: bool
+    """True when error edges lead on from here, so the execution continues."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockSkipped(_BlockLifecycle):
+    """The block will not run: every edge into it was not taken (a condition's other branch,
+    a success edge of a failed block, or a skipped predecessor)."""
+
+    type: Literal["block_skipped"] = "block_skipped"
+
+
 Event = Annotated[
     RunStarted
     | StepStarted
@@ -337,7 +411,12 @@ Event = Annotated[
     | DelegationStarted
     | EntityChunk
     | EntityText
-    | DelegationCompleted,
+    | DelegationCompleted
+    | BlockStarted
+    | BlockOutput
+    | BlockCompleted
+    | BlockError
+    | BlockSkipped,
     Field(discriminator="type"),
 ]
 """Any canonical event."""

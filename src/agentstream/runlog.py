@@ -1,52 +1,41 @@
-"""The live log of runs and executions: events in seq order, readable from any seq by any
-number of viewers.
+"""The live log of runs (agent runs and workflow executions alike): each run's events in seq
+order, readable from any seq by any number of viewers.
 
-A run (or workflow execution) writes here whether or not anyone watches; an HTTP connection
-only subscribes. This is the in-process implementation; a stream outlives its run for
-``retention`` seconds so a late or reconnecting viewer still gets the live-only events.
-``EventLog`` keys streams by any id; ``RunLog`` is the one for agent runs, keyed by run id.
+A run writes here whether or not anyone watches; an HTTP connection only subscribes. This
+is the in-process implementation; a run's stream outlives it for ``retention`` seconds so a
+late or reconnecting viewer still gets the live-only events.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Generic, Protocol, TypeAlias, TypeVar
+from typing import cast
 
-from agentstream.events import BaseEvent
+from agentstream.events import BaseEvent, Event
 
-__all__ = ["EventLog", "LogSubscription", "RunLog", "Sequenced", "Subscription"]
-
-
-class Sequenced(Protocol):
-    """What the log needs of an event: its position in its stream."""
-
-    @property
-    def seq(self) -> int: ...
+__all__ = ["LogSubscription", "RunLog"]
 
 
-E = TypeVar("E", bound=Sequenced)
-
-
-class _Stream(Generic[E]):
+class _Stream:
     __slots__ = ("base", "closed", "events", "subscribers")
 
     def __init__(self, base: int) -> None:
         self.base = base
         """The seq before this stream's first event: 0, or where a paused run left off."""
-        self.events: list[E] = []
+        self.events: list[Event] = []
         self.closed = False
-        self.subscribers: set[LogSubscription[E]] = set()
+        self.subscribers: set[LogSubscription] = set()
 
     def notify(self) -> None:
         for subscriber in self.subscribers:
             subscriber.wake.set()
 
 
-class LogSubscription(Generic[E]):
+class LogSubscription:
     """One viewer's cursor into a stream's events."""
 
-    def __init__(self, stream: _Stream[E], after: int) -> None:
+    def __init__(self, stream: _Stream, after: int) -> None:
         self._stream = stream
         self._cursor = min(max(after - stream.base, 0), len(stream.events))
         self.wake = asyncio.Event()
@@ -58,7 +47,7 @@ class LogSubscription(Generic[E]):
         """The run's live part is over: what is left to read is all there is."""
         return self._stream.closed
 
-    async def next_batch(self) -> list[E]:
+    async def next_batch(self) -> list[Event]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
         and everything was read.
 
@@ -72,7 +61,7 @@ class LogSubscription(Generic[E]):
         self._cursor += len(batch)
         return batch
 
-    async def __aiter__(self) -> AsyncIterator[E]:
+    async def __aiter__(self) -> AsyncIterator[Event]:
         while batch := await self.next_batch():
             for event in batch:
                 yield event
@@ -81,24 +70,21 @@ class LogSubscription(Generic[E]):
         self._stream.subscribers.discard(self)
 
 
-Subscription: TypeAlias = LogSubscription[BaseEvent]
-"""A viewer's cursor into an agent run."""
-
-
-class EventLog(Generic[E]):
-    """All live streams of one kind in this process, by id."""
+class RunLog:
+    """The live streams of every run in this process, by run id."""
 
     def __init__(self, *, retention: float = 300.0) -> None:
-        self._streams: dict[str, _Stream[E]] = {}
+        self._streams: dict[str, _Stream] = {}
         self._retention = retention
 
     def open(self, stream_id: str, *, after: int = 0) -> None:
         """A (new) live stream, whose first event will follow seq ``after``."""
         self._streams[stream_id] = _Stream(after)
 
-    def put(self, stream_id: str, event: E) -> None:
-        stream = self._streams[stream_id]
-        stream.events.append(event)
+    def append(self, event: BaseEvent) -> None:
+        """Add an event to its run's stream (open)."""
+        stream = self._streams[event.run_id]
+        stream.events.append(cast(Event, event))  # the runtime makes only the union's events
         stream.notify()
 
     def close(self, stream_id: str) -> None:
@@ -108,7 +94,7 @@ class EventLog(Generic[E]):
         stream.notify()
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
-    def _drop(self, stream_id: str, stream: _Stream[E]) -> None:
+    def _drop(self, stream_id: str, stream: _Stream) -> None:
         # Only this stream: a run continued after a pause has a new one under the same id.
         if self._streams.get(stream_id) is stream:
             del self._streams[stream_id]
@@ -116,17 +102,10 @@ class EventLog(Generic[E]):
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._streams
 
-    def subscribe(self, stream_id: str, *, after: int = 0) -> LogSubscription[E]:
+    def subscribe(self, stream_id: str, *, after: int = 0) -> LogSubscription:
         """Follow a stream from the first event with ``seq > after``. KeyError if not in the
         log."""
         stream = self._streams[stream_id]
         subscription = LogSubscription(stream, after)
         stream.subscribers.add(subscription)
         return subscription
-
-
-class RunLog(EventLog[BaseEvent]):
-    """All live agent runs of this process."""
-
-    def append(self, event: BaseEvent) -> None:
-        self.put(event.run_id, event)

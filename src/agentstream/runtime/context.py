@@ -1,22 +1,32 @@
 """The per-run emitter: stamps each event with its seq and time and hands it to the run's
-sink, which by default persists it (if its kind is), then publishes it."""
+sink, which by default persists it (if its kind is), then publishes it; and ends the run
+with its terminal event, recorded with the run's outcome."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Usage
+from agentstream.events import BaseEvent, RunFailed, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
-from agentstream.store import Store
 
-__all__ = ["EventSink", "RunContext", "RunSink", "ToolCallScope", "current_tool_call"]
+__all__ = [
+    "EventSink",
+    "EventStore",
+    "RunContext",
+    "RunSink",
+    "ToolCallScope",
+    "current_tool_call",
+]
+
+logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseEvent)
 
@@ -25,12 +35,21 @@ EventSink = Callable[[BaseEvent], Awaitable[None]]
 run's own (``RunSink``) lets the agent loop run for someone else, e.g. a workflow block."""
 
 
+class EventStore(Protocol):
+    """What a run's emitter needs of the store: its persisted events, and a last resort
+    when recording its outcome failed."""
+
+    async def append_event(self, event: BaseEvent) -> None: ...
+
+    async def mark_failed(self, run_id: str, error: str) -> None: ...
+
+
 class RunSink:
     """A run's own sink: a persisted event goes into the database before any viewer sees it,
     so whatever a viewer saw can be replayed; the write is shielded so a cancel cannot tear
     it. Then every event goes to the live log."""
 
-    def __init__(self, log: RunLog, store: Store) -> None:
+    def __init__(self, log: RunLog, store: EventStore) -> None:
         self.log = log
         self.store = store
 
@@ -49,7 +68,7 @@ class RunContext:
         run_id: str,
         *,
         log: RunLog | None = None,
-        store: Store | None = None,
+        store: EventStore | None = None,
         sink: EventSink | None = None,
         pricing: ModelInfo | None = None,
         seq: int = 0,
@@ -69,6 +88,7 @@ class RunContext:
         self.open_tool_calls: dict[str, tuple[int, str]] = {}
         """Tool calls announced but not settled: (step, tool name) by call id."""
         self._log = log
+        self._store = store
         self._sink = sink
         self._seq = seq
         self._in_order = anyio.Lock(fast_acquire=True)
@@ -103,6 +123,34 @@ class RunContext:
             event = self.stamp(kind, **fields)
             await self._sink(event)
             return event
+
+    async def forward(self, event: BaseEvent, *, block_id: str) -> None:
+        """Hand the sink another run's event (an agent's, in a workflow block) as this run's
+        next one, scoped to the block."""
+        async with self._in_order:
+            self._seq += 1
+            await self._sink(replace(event, run_id=self.run_id, seq=self._seq, block_id=block_id))
+
+    async def end(self, last: BaseEvent, record: Callable[[BaseEvent], Awaitable[None]]) -> None:
+        """End the run: ``record`` its outcome with its terminal event ``last`` (stamped by
+        ``stamp``), then publish that event and close the run's log. If recording fails, the
+        run is at least marked failed, and its viewers get a terminal event that says so."""
+        if self._log is None or self._store is None:
+            raise TypeError("Only a run's own context ends it")
+        try:
+            await record(last)
+        except Exception:
+            logger.exception("Could not record the end of run %s", self.run_id)
+            message = f"The run's outcome could not be saved; see the server log ({self.run_id})"
+            last = RunFailed(
+                run_id=self.run_id, seq=last.seq, ts=time.time(), status="error", message=message
+            )
+            try:  # at least the status, so the run does not stay "running"
+                await self._store.mark_failed(self.run_id, message)
+            except Exception:
+                logger.exception("Could not mark run %s failed", self.run_id)
+        self._log.append(last)
+        self._log.close(self.run_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
-"""Runs as tasks of their own: started by a request, independent of its connection.
+"""Agent runs: the agent loop is the program the supervisor launches, in a session.
 
-The manager owns every live run. It enforces the execution timeout, turns a cancel into a
-truthful ending (in-flight tools settle as cancelled, status ``cancelled``), and writes the
-outcome once, whatever happened.
+Starting one checks the agent, claims its session (one run at a time in a conversation),
+records the run with its first event, then launches it. Its ending, however it came
+(answer, approval pause, error, timeout, cancel, server stop), settles open tool calls as
+cancelled and is recorded once, with the session's memory, and its terminal event.
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Literal, Self
+from dataclasses import dataclass
+from typing import Literal
 
 import anyio
-from anyio.abc import TaskGroup
 
 from agentstream.agents import AgentSpec
 from agentstream.errors import Conflict, NotFound, RunError, UserError
@@ -34,7 +33,6 @@ from agentstream.knowledge.service import Knowledge
 from agentstream.knowledge.tool import knowledge_search_tool
 from agentstream.providers.base import Model
 from agentstream.providers.registry import ModelRegistry
-from agentstream.runlog import RunLog
 from agentstream.runtime.agent import (
     AgentAnswer,
     AgentState,
@@ -45,9 +43,10 @@ from agentstream.runtime.agent import (
 )
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.orchestration import delegate_tools, resolve_entities
+from agentstream.runtime.supervisor import Stopped, Supervisor, internal_error
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.store import Store
-from agentstream.store.store import INTERRUPTED, StoredAgent
+from agentstream.store.store import StoredAgent
 
 __all__ = ["RunManager", "StartedRun", "check_agent"]
 
@@ -63,48 +62,32 @@ class StartedRun:
 
 
 @dataclass(slots=True)
-class _LiveRun:
-    session_id: str
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    """Set once the outcome is recorded and the session is free again."""
-    cancel_reason: str | None = None
+class _Claim:
+    """A session taken by a run (or by its deletion): no other run starts in it."""
+
+    run_id: str | None = None
+    """The run holding it, once launched."""
 
 
 class RunManager:
-    """Starts, cancels and finishes runs. Use as an async context manager: leaving it
-    interrupts the runs still going."""
+    """Starts agent runs as runs of the supervisor, continues paused ones, and ends them."""
 
     def __init__(
         self,
         *,
         store: Store,
-        log: RunLog,
+        supervisor: Supervisor,
         models: ModelRegistry,
         tools: ToolRegistry,
         knowledge: Knowledge | None = None,
     ) -> None:
         self.store = store
-        self.log = log
+        self.supervisor = supervisor
+        self.log = supervisor.log
         self.models = models
         self.tools = tools
         self.knowledge = knowledge
-        self._live: dict[str, _LiveRun] = {}
-        self._by_session: dict[str, _LiveRun] = {}
-        self._group: TaskGroup | None = None
-
-    async def __aenter__(self) -> Self:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._group is not None
-        self._group.cancel_scope.cancel()
-        await self._group.__aexit__(kind, exc, tb)
-        self._group = None
+        self._by_session: dict[str, _Claim] = {}
 
     async def start(
         self,
@@ -123,8 +106,8 @@ class RunManager:
         ``entities`` pins an orchestration's entities (a deployment's); by default they are
         the ones stored now.
         """
-        if self._group is None:
-            raise RuntimeError("RunManager is not running")
+        if not self.supervisor.running:
+            raise RuntimeError("The supervisor is not running")
         spec = agent.spec
         self.check_agent(spec)  # a pinned snapshot may name what this server no longer has
         new_session = session_id is None
@@ -152,7 +135,7 @@ class RunManager:
             raise Conflict(
                 f"Session {session_id!r} already has a run in progress", field="session_id"
             )
-        live = self._by_session[session_id] = _LiveRun(session_id=session_id)
+        claim = self._by_session[session_id] = _Claim()
         try:
             history = [] if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
@@ -170,7 +153,7 @@ class RunManager:
                     first_event=started,
                 )
         except BaseException:
-            self._release(session_id, live)
+            self._release(session_id, claim)
             raise
         state = AgentState.begin(spec, history, message)
         self._launch(
@@ -182,8 +165,8 @@ class RunManager:
         """Continue a paused run once every approval it waits for is decided. False if some
         are still pending, or another request already continued it. Everything that could
         stop it from running is checked before it is claimed, so a refusal leaves it paused."""
-        if self._group is None:
-            raise RuntimeError("RunManager is not running")
+        if not self.supervisor.running:
+            raise RuntimeError("The supervisor is not running")
         approvals = await self.store.approvals(run_id)
         if any(a.decision == "pending" for a in approvals):
             return False
@@ -194,7 +177,7 @@ class RunManager:
         self.check_agent(spec)
         model = self.models.get(spec.model)
         entities = await resolve_entities(self.store, spec)
-        if (previous := self._live.get(run_id)) is not None:  # the pausing task, finishing up
+        if (previous := self.supervisor.get(run_id)) is not None:  # the pausing task, ending
             with anyio.move_on_after(10):
                 await previous.done.wait()
         paused = await self.store.claim_paused_run(run_id)
@@ -204,7 +187,7 @@ class RunManager:
             a.call_id: Decision(a.decision == "approved", a.decided_by or "someone", a.reason)
             for a in approvals
         }
-        self._by_session[paused.session_id] = _LiveRun(session_id=paused.session_id)
+        self._by_session[paused.session_id] = _Claim()
         self._launch(
             run_id,
             paused.session_id,
@@ -239,8 +222,8 @@ class RunManager:
             except Exception:
                 logger.exception("Could not continue run %s", run_id)
 
-    def _release(self, session_id: str, live: _LiveRun) -> None:
-        if self._by_session.get(session_id) is live:
+    def _release(self, session_id: str, claim: _Claim) -> None:
+        if self._by_session.get(session_id) is claim:
             del self._by_session[session_id]
 
     def _launch(
@@ -258,11 +241,10 @@ class RunManager:
         usage: Usage | None = None,
         decisions: Mapping[str, Decision] | None = None,
     ) -> None:
-        """Run (or continue after ``seq``) the agent as a task of its own, under the execution
-        timeout, with a delegation tool per entity. ``first``, already stored, is published
-        before anything else."""
-        assert self._group is not None
-        live = self._by_session[session_id]
+        """Run (or continue after ``seq``) the agent as a run of the supervisor, under its
+        execution timeout, with a delegation tool per entity. ``first``, already stored, is
+        published before anything else."""
+        claim = self._by_session[session_id]
         ctx = RunContext(
             run_id,
             log=self.log,
@@ -277,34 +259,20 @@ class RunManager:
         self.log.open(run_id, after=seq)
         if first is not None:
             ctx.publish(first)
-        self._live[run_id] = live
+        claim.run_id = run_id
 
-        async def execute() -> None:
-            outcome = _Outcome("interrupted", INTERRUPTED)
+        async def finish(ending: _Outcome | Stopped) -> None:
             try:
-                with live.scope:
-                    with anyio.move_on_after(spec.timeout_seconds) as deadline:
-                        outcome = await self._execute(
-                            ctx, spec, model, tools, state, reasoning, decisions
-                        )
-                    if deadline.cancelled_caught:
-                        outcome = _Outcome(
-                            "timeout", f"Execution timed out after {spec.timeout_seconds:g}s"
-                        )
-                if live.scope.cancelled_caught:
-                    outcome = _Outcome("cancelled", live.cancel_reason or "Run cancelled")
-            except Exception as exc:  # the start event could not be saved
-                logger.exception("Run %s failed", run_id)
-                outcome = _Outcome("error", _internal(run_id), detail=repr(exc))
+                await self._finish(ctx, ending, spec, reasoning)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self._finish(ctx, outcome, spec, reasoning)
-                    if self._live.get(run_id) is live:
-                        del self._live[run_id]
-                    self._release(session_id, live)
-                    live.done.set()
+                self._release(session_id, claim)
 
-        self._group.start_soon(execute, name=run_id)
+        self.supervisor.launch(
+            run_id,
+            lambda: self._execute(ctx, spec, model, tools, state, reasoning, decisions),
+            finish,
+            timeout=spec.timeout_seconds,
+        )
 
     def check_agent(self, spec: AgentSpec) -> None:
         """Refuse an agent whose model or tools this server does not have."""
@@ -318,7 +286,7 @@ class RunManager:
                 f"Session {session_id!r} has a run in progress: cancel it first",
                 field="session_id",
             )
-        hold = self._by_session[session_id] = _LiveRun(session_id=session_id)
+        hold = self._by_session[session_id] = _Claim()
         try:
             return await self.store.delete_session(session_id)
         finally:
@@ -327,20 +295,16 @@ class RunManager:
     def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
         """Stop a live run. Returns the event set once it has ended, or None if the run is
         not live here."""
-        live = self._live.get(run_id)
-        if live is None:
-            return None
-        live.cancel_reason = live.cancel_reason or reason
-        live.scope.cancel()
-        return live.done
+        return self.supervisor.cancel(run_id, reason)
 
     async def _after_cancelled_run(self, session_id: str) -> None:
         """A run being cancelled still holds its session for a moment: let it finish, so
         "Stop" then a new message works."""
-        busy = self._by_session.get(session_id)
-        if busy is not None and busy.cancel_reason is not None:
+        claim = self._by_session.get(session_id)
+        live = self.supervisor.get(claim.run_id) if claim and claim.run_id else None
+        if live is not None and live.stopped is not None:
             with anyio.move_on_after(10):
-                await busy.done.wait()
+                await live.done.wait()
 
     async def _execute(
         self,
@@ -367,44 +331,51 @@ class RunManager:
             return _Outcome("error", str(exc))
         except Exception as exc:
             logger.exception("Run %s failed", ctx.run_id)
-            return _Outcome("error", _internal(ctx.run_id), detail=f"{type(exc).__name__}: {exc}")
+            return _Outcome(
+                "error", internal_error(ctx.run_id), detail=f"{type(exc).__name__}: {exc}"
+            )
         return _Outcome("completed", answer=answer)
 
     async def _finish(
-        self, ctx: RunContext, outcome: _Outcome, spec: AgentSpec, reasoning: bool
+        self, ctx: RunContext, ending: _Outcome | Stopped, spec: AgentSpec, reasoning: bool
     ) -> None:
         """End the run (or this part of it) truthfully: settle open tool calls, then record
-        the outcome with its last event in one transaction and publish that event. Viewers
-        always get a last event, even when the store fails."""
-        try:
-            for call_id, (step, name) in list(ctx.open_tool_calls.items()):
-                await ctx.emit(
-                    ToolResult, step=step, call_id=call_id, tool_name=name, status="cancelled"
-                )
-            answer = outcome.answer
-            last: BaseEvent
-            if outcome.paused is not None:
-                asked = outcome.paused.asked
-                last = ctx.stamp(RunPaused, awaiting=[call.id for call in asked])
+        the outcome with its last event in one transaction and publish that event."""
+        outcome = (
+            ending if isinstance(ending, _Outcome) else _Outcome(ending.status, ending.message)
+        )
+        for call_id, (step, name) in list(ctx.open_tool_calls.items()):
+            await ctx.emit(
+                ToolResult, step=step, call_id=call_id, tool_name=name, status="cancelled"
+            )
+        if outcome.paused is not None:
+            asked = outcome.paused.asked
+            state = {
+                "agent": spec.model_dump(mode="json"),
+                "reasoning": reasoning,
+                "loop": AgentStateAdapter.dump_python(outcome.paused.state, mode="json"),
+            }
+
+            async def pause(last: BaseEvent) -> None:
                 await self.store.pause_run(
                     ctx.run_id,
-                    state={
-                        "agent": spec.model_dump(mode="json"),
-                        "reasoning": reasoning,
-                        "loop": AgentStateAdapter.dump_python(outcome.paused.state, mode="json"),
-                    },
+                    state=state,
                     usage=ctx.usage,
                     approvals=[(call.id, call.name, call.arguments) for call in asked],
                     last_event=last,
                 )
-                ctx.publish(last)
-                self.log.close(ctx.run_id)
-                return
-            if answer is not None:
-                last = ctx.stamp(RunCompleted, content=answer.content, usage=ctx.usage)
-            else:
-                assert outcome.status not in ("completed", "awaiting_approval")
-                last = ctx.stamp(RunFailed, status=outcome.status, message=outcome.message)
+
+            await ctx.end(ctx.stamp(RunPaused, awaiting=[call.id for call in asked]), pause)
+            return
+        answer = outcome.answer
+        last: BaseEvent
+        if answer is not None:
+            last = ctx.stamp(RunCompleted, content=answer.content, usage=ctx.usage)
+        else:
+            assert outcome.status not in ("completed", "awaiting_approval")
+            last = ctx.stamp(RunFailed, status=outcome.status, message=outcome.message)
+
+        async def record(last: BaseEvent) -> None:
             await self.store.finish_run(
                 ctx.run_id,
                 status=outcome.status,
@@ -414,16 +385,8 @@ class RunManager:
                 memory=answer.memory if answer else (),
                 last_event=last,
             )
-        except Exception:
-            logger.exception("Could not record the end of run %s", ctx.run_id)
-            message = f"The run's outcome could not be saved; see the server log ({ctx.run_id})"
-            last = ctx.stamp(RunFailed, status="error", message=message)
-            try:  # at least the status, so the run does not stay "running"
-                await self.store.mark_failed(ctx.run_id, message)
-            except Exception:
-                logger.exception("Could not mark run %s failed", ctx.run_id)
-        ctx.publish(last)
-        self.log.close(ctx.run_id)
+
+        await ctx.end(last, record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,10 +398,6 @@ class _Outcome:
     """What the run's record says, if more than the message (authenticated readers only)."""
     answer: AgentAnswer | None = None
     paused: AwaitingApproval | None = None
-
-
-def _internal(run_id: str) -> str:
-    return f"Internal error; the server log has the details of run {run_id}"
 
 
 def check_agent(

@@ -21,8 +21,9 @@ from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ClientOptions, ModelRegistry
 from agentstream.runlog import RunLog
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
-from agentstream.runtime.executions import ExecutionLog, ExecutionManager
+from agentstream.runtime.executions import ExecutionManager
 from agentstream.runtime.runs import RunManager
+from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.server.agents import router as agents_router
 from agentstream.server.canvas import router as canvas_router
@@ -94,11 +95,11 @@ def create_app(
                     "Marked %d workflow execution(s) left running by a crash as interrupted",
                     interrupted,
                 )
-            log = RunLog(retention=settings.run_retention_seconds)
+            supervisor = Supervisor(RunLog(retention=settings.run_retention_seconds))
             knowledge = Knowledge(KnowledgeStore(store.db), MiniLM())
             manager = RunManager(
                 store=store,
-                log=log,
+                supervisor=supervisor,
                 models=model_registry,
                 tools=tool_registry,
                 knowledge=knowledge,
@@ -111,18 +112,17 @@ def create_app(
                 functions=functions,
                 http=SafeHttpClient(allow=settings.workflow_http_allow),
             )
-            async with (
-                manager,  # exits after the executions, so a cancelled one still stops its runs
-                ExecutionManager(
-                    engine=engine,
-                    store=workflows,
-                    log=ExecutionLog(retention=settings.run_retention_seconds),
-                    timeout_seconds=settings.workflow_timeout_seconds,
-                ) as executions,
-            ):
+            executions = ExecutionManager(
+                engine=engine,
+                store=workflows,
+                supervisor=supervisor,
+                timeout_seconds=settings.workflow_timeout_seconds,
+            )
+            async with supervisor:
                 services = Services(
                     settings=settings,
                     store=store,
+                    supervisor=supervisor,
                     runs=manager,
                     chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
                     knowledge=knowledge,

@@ -125,15 +125,14 @@ async def execute_draft(
         if stored is None:
             raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
         workflow, version = stored.workflow, stored.version
-    executions = svc.executions
-    execution_id = await executions.start(workflow, body.input, draft=True, version=version)
-    subscription = executions.subscribe(execution_id)
+    execution_id = await svc.executions.start(workflow, body.input, draft=True, version=version)
+    subscription = svc.supervisor.subscribe(execution_id)
     assert subscription is not None  # just started: its log is open
     view = CanvasView(workflow_id=workflow_id, policy=canvas_policy(workflow))
 
     def cancel() -> None:
         subscription.close()
-        executions.cancel(execution_id, "Client cancelled request")
+        svc.supervisor.cancel(execution_id, "Client cancelled request")
 
     return EventStreamResponse(
         event_chunks(subscription, view.frames),
@@ -166,7 +165,7 @@ async def execution_canvas(
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
     return await follow_or_replay(
-        svc.executions.subscribe(execution_id, after=start),
+        svc.supervisor.subscribe(execution_id, after=start),
         lambda: svc.workflows.execution_events(execution_id),
         view.frames,
         after=start,

@@ -51,7 +51,6 @@ from agentstream.server.streaming import EventStreamResponse
 from agentstream.server.validation import MessageText
 from agentstream.store.store import DeployedWorkflow, StoredAgent, StoredDeployment
 from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
-from agentstream.views.workflow_chat import WorkflowChatView
 from agentstream.workflows import parse_workflow
 
 __all__ = ["router"]
@@ -340,7 +339,12 @@ async def _run_agent(
         raise Conflict(
             AWAITING_APPROVAL if paused else STILL_ANSWERING, field="conversationId"
         ) from None
-    view = ChatView(policy, block_id=agent.spec.id, conversation_id=conversation_id)
+    view = ChatView(
+        policy,
+        output_blocks=[agent.spec.id],
+        run_block=agent.spec.id,
+        conversation_id=conversation_id,
+    )
     subscription = svc.runs.log.subscribe(run.run_id)
 
     def cancel() -> None:
@@ -361,12 +365,12 @@ async def _run_workflow(
     """An execution of the pinned workflow on the message (a workflow keeps no memory)."""
     workflow = parse_workflow(deployed.definition, functions=svc.executions.engine.functions)
     execution_id = await svc.executions.start(workflow, message, version=deployed.version)
-    subscription = svc.executions.subscribe(execution_id)
+    subscription = svc.supervisor.subscribe(execution_id)
     assert subscription is not None  # in the log from the moment it started
-    view = WorkflowChatView(policy, output_blocks=output_blocks, conversation_id=conversation_id)
+    view = ChatView(policy, output_blocks=output_blocks, conversation_id=conversation_id)
 
     def cancel() -> None:
         subscription.close()
-        svc.executions.cancel(execution_id, "Client cancelled request")
+        svc.supervisor.cancel(execution_id, "Client cancelled request")
 
     return event_chunks(subscription, view.frames, trailer=DONE), cancel

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.responses import Response
 
 from agentstream import sse
-from agentstream.events import BaseEvent
-from agentstream.runlog import LogSubscription, Sequenced
+from agentstream.events import Event
+from agentstream.runlog import LogSubscription
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.native import frame
 
@@ -32,31 +32,27 @@ __all__ = [
     "native_replay",
 ]
 
-Render = Callable[[BaseEvent], Iterable[dict[str, Any]]]
+Render = Callable[[Event], Iterable[dict[str, Any]]]
 """A view: the frames one event becomes on a surface (often none or one)."""
-
-E = TypeVar("E", bound=Sequenced)
 
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 """One encoder for every frame: ``json.dumps`` with options builds a new one per call.
 Never a bare ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it)."""
 
 
-def native(event: BaseEvent) -> Iterable[dict[str, Any]]:
+def native(event: Event) -> Iterable[dict[str, Any]]:
     """The native frames of an event read from the live log."""
     shown = frame(event, live=True)
     return () if shown is None else (shown,)
 
 
-def native_replay(event: BaseEvent) -> Iterable[dict[str, Any]]:
+def native_replay(event: Event) -> Iterable[dict[str, Any]]:
     """The native frames of an event read from the store, where no deltas are."""
     shown = frame(event)
     return () if shown is None else (shown,)
 
 
-def encode_events(
-    events: Iterable[E], render: Callable[[E], Iterable[dict[str, Any]]], *, ids: bool = False
-) -> bytes:
+def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False) -> bytes:
     """The SSE text of the frames the events become: one ``data:`` line each, after an
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only)."""
     return "".join(
@@ -67,8 +63,8 @@ def encode_events(
 
 
 def event_chunks(
-    subscription: LogSubscription[E],
-    render: Callable[[E], Iterable[dict[str, Any]]],
+    subscription: LogSubscription,
+    render: Render,
     *,
     trailer: bytes = b"",
     ids: bool = False,
@@ -90,13 +86,13 @@ def event_chunks(
 
 
 async def follow_or_replay(
-    live: LogSubscription[E] | None,
-    persisted: Callable[[], Awaitable[Sequence[E]]],
-    render: Callable[[E], Iterable[dict[str, Any]]],
+    live: LogSubscription | None,
+    persisted: Callable[[], Awaitable[Sequence[Event]]],
+    render: Render,
     *,
     after: int,
     keepalive: float,
-    replay: Callable[[E], Iterable[dict[str, Any]]] | None = None,
+    replay: Render | None = None,
 ) -> Response:
     """The stream of a run (or execution) from the first event with ``seq > after``, each
     frame with ``id: <seq>``: the persisted events the live log does not hold, then the
@@ -107,11 +103,11 @@ async def follow_or_replay(
     tells an EventSource to stop reconnecting."""
     replay = replay or render
     try:
-        before: list[E] = []
+        before: list[Event] = []
         """Stored events before the live log's part."""
-        tail: list[E] = []
+        tail: list[Event] = []
         """The rest of the live log's part, once it has ended."""
-        after_tail: list[E] = []
+        after_tail: list[Event] = []
         """Stored events after the live log's part, once it has ended."""
         if live is None or after < live.starts_after:
             until = live.starts_after if live is not None else None

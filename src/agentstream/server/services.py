@@ -1,5 +1,5 @@
-"""What the routers share: settings, store, runs, workflows, chat access. Built by the
-lifespan."""
+"""What the routers share: settings, store, the supervisor of runs, agent runs, workflows,
+chat access. Built by the lifespan."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from agentstream.config import Settings
 from agentstream.knowledge.service import Knowledge
 from agentstream.runtime.executions import ExecutionManager
 from agentstream.runtime.runs import RunManager
+from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.chat_access import ChatAccess
 from agentstream.store import Store
 from agentstream.store.workflows import WorkflowStore
@@ -22,6 +23,8 @@ __all__ = ["Services", "services"]
 class Services:
     settings: Settings
     store: Store
+    supervisor: Supervisor
+    """Every live run: follow (``subscribe``) or ``cancel`` one, agent run or execution."""
     runs: RunManager
     chat_access: ChatAccess
     knowledge: Knowledge

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from pydantic import BaseModel
 
 from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.frames import event_chunks, follow_or_replay
@@ -19,7 +20,6 @@ from agentstream.server.streaming import EventStreamResponse
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
 from agentstream.workflows import Workflow, parse_workflow
-from agentstream.workflows.events import WorkflowEvent
 
 __all__ = ["router", "workflow_or_404"]
 
@@ -162,16 +162,15 @@ async def run_stream(
     """Execute the saved workflow and stream its events: ``data:`` lines only, each frame
     with its ``seq``. Disconnecting cancels the execution."""
     stored = await workflow_or_404(svc, workflow_id)
-    executions = svc.executions
-    execution_id = await executions.start(
+    execution_id = await svc.executions.start(
         stored.workflow, (body or RunIn()).input, version=stored.version
     )
-    subscription = executions.subscribe(execution_id)
+    subscription = svc.supervisor.subscribe(execution_id)
     assert subscription is not None  # just started: its log is open
 
     def cancel() -> None:
         subscription.close()
-        executions.cancel(execution_id, "Client cancelled request")
+        svc.supervisor.cancel(execution_id, "Client cancelled request")
 
     return EventStreamResponse(
         event_chunks(subscription, frames),
@@ -213,12 +212,12 @@ async def follow_execution(
     execution has nothing more, which tells an EventSource to stop reconnecting."""
     start = max(after or 0, last_event_id or 0)
 
-    async def persisted() -> list[WorkflowEvent]:
+    async def persisted() -> list[Event]:
         await _record_or_404(svc, execution_id)
         return await svc.workflows.execution_events(execution_id)
 
     return await follow_or_replay(
-        svc.executions.subscribe(execution_id, after=start),
+        svc.supervisor.subscribe(execution_id, after=start),
         persisted,
         frames,
         after=start,
@@ -230,7 +229,7 @@ async def follow_execution(
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
-    done = svc.executions.cancel(execution_id)
+    done = svc.supervisor.cancel(execution_id, "Execution cancelled")
     if done is not None:
         with anyio.move_on_after(10):
             await done.wait()

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from agentstream.agents import AgentSpec
 from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
-from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
+from agentstream.events import INTERRUPTED, BaseEvent, Event, EventAdapter, RunFailed, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -42,7 +42,6 @@ from agentstream.store.tables import (
 )
 
 __all__ = [
-    "INTERRUPTED",
     "ApprovalRecord",
     "DeployedWorkflow",
     "PausedRun",
@@ -54,9 +53,6 @@ __all__ = [
 ]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
-
-INTERRUPTED = "The server stopped during the run"
-"""Why a run that the server's stopping cut off ended (in good order or by a crash)."""
 
 
 def _digest(key: str) -> str:

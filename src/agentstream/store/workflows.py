@@ -15,21 +15,13 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.errors import Conflict
+from agentstream.events import INTERRUPTED, BaseEvent, Event, EventAdapter, RunFailed
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
 from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
-from agentstream.workflows.events import (
-    WorkflowCancelled,
-    WorkflowEvent,
-    WorkflowEventAdapter,
-    WorkflowEventBase,
-)
 
-__all__ = ["INTERRUPTED", "ExecutionRecord", "StoredWorkflow", "WorkflowStore", "definition_json"]
-
-INTERRUPTED = "The server stopped during the execution"
-"""Why an execution that the server's stopping cut off ended."""
+__all__ = ["ExecutionRecord", "StoredWorkflow", "WorkflowStore", "definition_json"]
 
 
 def definition_json(workflow: Workflow) -> dict[str, Any]:
@@ -143,7 +135,7 @@ class WorkflowStore:
                 )
             )
 
-    async def append_event(self, event: WorkflowEventBase) -> None:
+    async def append_event(self, event: BaseEvent) -> None:
         await self._db.insert(_event_row(event))  # grouped with other runs' events
 
     async def finish_execution(
@@ -153,7 +145,7 @@ class WorkflowStore:
         status: str,
         result: Any,
         error: str | None,
-        last_event: WorkflowEventBase,
+        last_event: BaseEvent,
     ) -> None:
         """Record the outcome with the terminal event: all or nothing."""
         async with self._db.write() as db:
@@ -192,14 +184,14 @@ class WorkflowStore:
             )
             return [_record(row) for row in rows]
 
-    async def execution_events(self, execution_id: str) -> list[WorkflowEvent]:
+    async def execution_events(self, execution_id: str) -> list[Event]:
         async with self._db.session() as db:
             rows = await db.scalars(
                 select(WorkflowEventRow.payload)
                 .where(WorkflowEventRow.execution_id == execution_id)
                 .order_by(WorkflowEventRow.seq)
             )
-            return [WorkflowEventAdapter.validate_python(payload) for payload in rows]
+            return [EventAdapter.validate_python(payload) for payload in rows]
 
     async def interrupt_unfinished(self) -> int:
         """Executions left ``running`` by a crash can never finish: say so, in the record
@@ -213,12 +205,12 @@ class WorkflowStore:
         async with self._db.write() as db:
             unfinished = (await db.execute(last_seqs)).all()
             for execution_id, last_seq in unfinished:
-                stopped = WorkflowCancelled(
-                    execution_id=execution_id,
+                stopped = RunFailed(
+                    run_id=execution_id,
                     seq=(last_seq or 0) + 1,
                     ts=time.time(),
-                    reason=INTERRUPTED,
                     status="interrupted",
+                    message=INTERRUPTED,
                 )
                 db.add(_event_row(stopped))
             await db.execute(
@@ -229,10 +221,10 @@ class WorkflowStore:
         return len(unfinished)
 
 
-def _event_row(event: WorkflowEventBase) -> WorkflowEventRow:
-    payload: dict[str, Any] = WorkflowEventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
+def _event_row(event: BaseEvent) -> WorkflowEventRow:
+    payload: dict[str, Any] = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
     return WorkflowEventRow(
-        execution_id=event.execution_id,
+        execution_id=event.run_id,
         seq=event.seq,
         type=payload["type"],
         ts=event.ts,

@@ -10,7 +10,8 @@ Rules:
 
 - Answer text goes out live as ``stream:chunk``; ``stream:chunk_reset`` discards a block's
   provisional text; ``stream:done`` marks the end of a block's live stream (only for a block
-  that streamed). Settled ``block_chunk`` events are not shown: the live deltas already were.
+  that streamed). Settled text (``block_chunk`` on the native surface) is not shown: the live deltas
+  already were.
 - Thinking goes out live as ``stream:thinking``, capped per block at ``THINKING_CAP``.
   Replayed executions have no deltas, only assembled segments: those are shown instead.
 - ``stream:tool`` carries name and lifecycle only, never arguments or results.
@@ -27,28 +28,38 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, assert_never
 
-from agentstream.redaction import redact as default_redact
-from agentstream.views.chat import THINKING_CAP
-from agentstream.workflows.events import (
-    BlockChunk,
-    BlockChunkReset,
+from agentstream.events import (
+    ApprovalRequested,
     BlockCompleted,
-    BlockContentDelta,
     BlockError,
     BlockOutput,
-    BlockReasoning,
-    BlockReasoningDelta,
     BlockSkipped,
     BlockStarted,
-    BlockTool,
-    WorkflowCancelled,
-    WorkflowComplete,
-    WorkflowError,
-    WorkflowEventBase,
-    WorkflowStart,
+    ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
+    EntityText,
+    Event,
+    Reasoning,
+    ReasoningDelta,
+    ReasoningSummary,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
 )
+from agentstream.redaction import redact as default_redact
+from agentstream.views.chat import THINKING_CAP
 
 __all__ = ["CanvasPolicy", "CanvasView", "redact_value"]
 
@@ -108,7 +119,7 @@ class CanvasView:
         self.policy = policy or CanvasPolicy()
         self._state = _State()
 
-    def frames(self, event: WorkflowEventBase) -> list[Frame]:
+    def frames(self, event: Event) -> list[Frame]:
         """The frames for ``event``: none or one."""
         data = self._data(event)
         if data is None:
@@ -118,34 +129,35 @@ class CanvasView:
             {
                 "type": kind,
                 "timestamp": _iso(event.ts),
-                "executionId": event.execution_id,
+                "executionId": event.run_id,
                 "workflowId": self.workflow_id,
                 "eventId": event.seq,
                 "data": payload,
             }
         ]
 
-    def _data(self, event: WorkflowEventBase) -> tuple[str, Frame] | None:
+    def _data(self, event: Event) -> tuple[str, Frame] | None:
         state, policy = self._state, self.policy
+        block_id = event.block_id or ""
         match event:
-            case WorkflowStart():
+            case RunStarted():
                 return "execution:started", {}
-            case BlockStarted(block_id=block_id, block_type=block_type):
+            case BlockStarted(block_type=block_type):
                 state.block(block_id)
                 return "block:started", {"blockId": block_id, "blockType": block_type}
-            case BlockContentDelta(block_id=block_id, delta=delta):
+            case TextDelta(delta=delta):
                 if self._redacted(block_id) or not delta:
                     return None
                 block = state.block(block_id)
                 block.streamed = block.text_since_reset = True
                 return "stream:chunk", {"blockId": block_id, "chunk": delta}
-            case BlockChunkReset(block_id=block_id):
+            case TextRetracted():
                 block = state.block(block_id)
                 if not block.text_since_reset:
                     return None
                 block.text_since_reset = False
                 return "stream:chunk_reset", {"blockId": block_id}
-            case BlockReasoningDelta(block_id=block_id, delta=delta):
+            case ReasoningDelta(delta=delta):
                 if self._redacted(block_id):
                     return None
                 block = state.block(block_id)
@@ -154,7 +166,7 @@ class CanvasView:
                     if block.segments:
                         delta = "\n\n" + delta
                 return self._thinking(block_id, block, delta)
-            case BlockReasoning(block_id=block_id, text=text):
+            case Reasoning(text=text):
                 block = state.block(block_id)
                 live, block.segment_live = block.segment_live, False
                 block.segments += 1
@@ -163,19 +175,29 @@ class CanvasView:
                 if block.segments > 1:
                     text = "\n\n" + text
                 return self._thinking(block_id, block, text)
-            case BlockTool(block_id=block_id, phase=phase, call_id=call_id, name=name):
-                tool: Frame = {"blockId": block_id, "phase": phase, "id": call_id, "name": name}
-                if phase == "end" and event.status is not None:
-                    tool["status"] = event.status
-                return "stream:tool", tool
-            case BlockOutput(block_id=block_id, output=output):
+            case ToolCall(call_id=call_id, tool_name=name):
+                return "stream:tool", {
+                    "blockId": block_id,
+                    "phase": "start",
+                    "id": call_id,
+                    "name": name,
+                }
+            case ToolResult(call_id=call_id, tool_name=name, status=status):
+                return "stream:tool", {
+                    "blockId": block_id,
+                    "phase": "end",
+                    "id": call_id,
+                    "name": name,
+                    "status": status,
+                }
+            case BlockOutput(output=output):
                 block = state.block(block_id)
                 block.output = output
                 if not block.streamed:
                     return None
                 block.streamed = False
                 return "stream:done", {"blockId": block_id}
-            case BlockCompleted(block_id=block_id):
+            case BlockCompleted():
                 completed: Frame = {"blockId": block_id}
                 recorded = state.block(block_id).output
                 if recorded is not None:
@@ -184,33 +206,43 @@ class CanvasView:
                         recorded = redact_value(recorded, policy.redact)
                     completed["output"] = recorded
                 return "block:completed", completed
-            case BlockError(block_id=block_id, error=error, handled=handled):
+            case BlockError(error=error, handled=handled):
                 if self._redacted(block_id):
                     error = policy.redact(error)
                 return "block:error", {"blockId": block_id, "error": error, "handled": handled}
-            case BlockSkipped(block_id=block_id):
+            case BlockSkipped():
                 return "block:skipped", {"blockId": block_id}
-            case BlockChunk():
-                return None
-            case WorkflowComplete(result=result):
+            case RunCompleted(result=result):
                 if state.redacted_ran:
                     result = redact_value(result, policy.redact)
                 return "execution:completed", {"result": result}
-            case WorkflowError(error=error, block_id=block_id):
-                failed: Frame = {"error": error}
-                if block_id is not None:
-                    failed["blockId"] = block_id
-                    if self._redacted(block_id):
-                        failed["error"] = policy.redact(error)
-                return "execution:error", failed
-            case WorkflowCancelled(reason=reason, status="cancelled"):
-                return "execution:cancelled", {"reason": reason}
-            case WorkflowCancelled(reason=reason):
+            case RunFailed(status="cancelled", message=message):
+                return "execution:cancelled", {"reason": message}
+            case RunFailed(message=message, failed_block=failed_block):
                 # A timeout or the server stopping is not somebody's cancel: spec 000 keeps
                 # cancel distinct from the execution timeout.
-                return "execution:error", {"error": reason}
+                failed: Frame = {"error": message}
+                if failed_block is not None:
+                    failed["blockId"] = failed_block
+                    if self._redacted(failed_block):
+                        failed["error"] = policy.redact(message)
+                return "execution:error", failed
+            case (
+                Text()  # settled text: the live deltas already went out
+                | StepStarted()
+                | StepCompleted()
+                | ReasoningSummary()
+                | ApprovalRequested()
+                | ContextHandlerCreated()
+                | RunPaused()
+                | DelegationStarted()
+                | EntityChunk()
+                | EntityText()
+                | DelegationCompleted()
+            ):
+                return None
             case _:
-                raise TypeError(f"No canvas frame rule for {type(event).__name__}")
+                assert_never(event)
 
     def _redacted(self, block_id: str) -> bool:
         return block_id in self.policy.redacted_blocks

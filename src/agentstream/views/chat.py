@@ -10,18 +10,24 @@ appear here, in any frame. With redaction on, no text is forwarded live at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from agentstream.events import (
     ApprovalRequested,
-    BaseEvent,
+    BlockCompleted,
+    BlockError,
+    BlockOutput,
+    BlockSkipped,
+    BlockStarted,
     ContextHandlerCreated,
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
     EntityText,
+    Event,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -63,6 +69,8 @@ PUBLIC_ERRORS = {
 }
 """What a public client reads for these endings; timeouts and cancels say their own."""
 WAITING_FOR_APPROVAL = "The answer is waiting for an approval."
+SEPARATOR = "\n\n"
+"""Between two output blocks' text."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,16 +209,59 @@ def error_frame(policy: ChatPolicy, status: str, message: str) -> Frame:
 
 
 class ChatView:
-    """Translates one run's canonical events into public chat frames."""
+    """Translates one run's events into public chat frames.
 
-    def __init__(self, policy: ChatPolicy, *, block_id: str, conversation_id: str) -> None:
+    The answer is the text of the run's output blocks, each under its own ``blockId``, in
+    the deployment's order: a workflow deployment names blocks of its workflow; an agent
+    deployment's one output block is the run itself (its events have no block id), shown
+    under ``run_block``. Other blocks work unseen. Output blocks may run in parallel, but a
+    chat shows one answer: each block's frames go out in order, a later block's held back
+    until the earlier ones end, and its first text opens with a blank line.
+    """
+
+    def __init__(
+        self,
+        policy: ChatPolicy,
+        *,
+        output_blocks: Sequence[str],
+        conversation_id: str,
+        run_block: str | None = None,
+    ) -> None:
         self.policy = policy
-        self.block_id = block_id
+        self.output_blocks = list(dict.fromkeys(output_blocks))
         self.conversation_id = conversation_id
-        self._block = ChatBlock(policy, block_id)
+        self.run_block = run_block
+        self._blocks = {b: ChatBlock(policy, b) for b in self.output_blocks}
+        self._answers: dict[str, str] = {}
+        self._ended: set[str] = set()
+        self._held: dict[str, list[Frame]] = {block_id: [] for block_id in self.output_blocks}
+        self._current = 0
+        """The output block whose frames go out as they come."""
+        self._shows_text: dict[str, bool] = {}
+        """Whether the client holds text of the block (a reset takes it back)."""
 
-    def frames(self, event: BaseEvent) -> list[Frame]:
-        block = self._block
+    def frames(self, event: Event) -> list[Frame]:
+        match event:
+            case RunCompleted(content=content, usage=usage) if self.run_block is not None:
+                self._answers[self.run_block] = content
+                tokens = {"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens}
+                return [self._final(tokens)]
+            case RunCompleted():
+                return [self._final(None)]
+            case RunFailed(status=status, message=message):
+                return [error_frame(self.policy, status, message)]
+            case RunPaused():
+                return [_awaiting_approval_frame(self.policy, self.conversation_id)]
+        block_id = self.run_block if event.block_id is None else event.block_id
+        if block_id not in self._blocks:
+            return []  # not an output block: it works unseen
+        assert block_id is not None
+        self._held[block_id] += self._block_frames(self._blocks[block_id], event)
+        if isinstance(event, BlockCompleted | BlockError | BlockSkipped):
+            self._ended.add(block_id)
+        return self._release()
+
+    def _block_frames(self, block: ChatBlock, event: Event) -> list[Frame]:
         match event:
             case TextDelta(delta=delta):
                 return block.live_text(delta)
@@ -226,35 +277,78 @@ class ChatView:
                 return block.tool("start", call_id, name)
             case ToolResult(call_id=call_id, tool_name=name, status=status):
                 return block.tool("end", call_id, name, status)
-            case StepStarted():
-                block.streamed_text = False
-            case RunCompleted(content=content, usage=usage):
-                output: Frame = {
-                    "content": self.policy.shown(content),
-                    "toolCalls": list(block.tool_calls.values()),
-                    "usage": {
-                        "inputTokens": usage.input_tokens,
-                        "outputTokens": usage.output_tokens,
-                    },
-                }
-                return [final_frame(self.policy, self.conversation_id, output)]
-            case RunFailed(status=status, message=message):
-                return [error_frame(self.policy, status, message)]
             case ApprovalRequested(call_id=call_id, tool_name=name):
                 return block.approval_required(call_id, name)
-            case RunPaused():
-                return [_awaiting_approval_frame(self.policy, self.conversation_id)]
+            case StepStarted():
+                block.streamed_text = False
+            case BlockOutput(output=output):
+                answer = self._answers[block.block_id] = _text(output)
+                held = self._held[block.block_id]
+                streamed = any("chunk" in frame for frame in held)
+                if answer and not (streamed or self._shows_text.get(block.block_id)):
+                    # e.g. a template: its output is its only text
+                    return [{"blockId": block.block_id, "chunk": self.policy.shown(answer)}]
             case (
-                ReasoningSummary()
-                | RunStarted()
+                RunStarted()
+                | RunCompleted()
+                | RunFailed()
+                | RunPaused()
+                | ReasoningSummary()
                 | StepCompleted()
                 | ContextHandlerCreated()
                 | DelegationStarted()
                 | EntityChunk()
                 | EntityText()
                 | DelegationCompleted()
+                | BlockStarted()
+                | BlockCompleted()
+                | BlockError()
+                | BlockSkipped()
             ):
                 pass  # an orchestration's entities work behind its delegation tool calls
             case _:
-                raise TypeError(f"No chat frame rule for {type(event).__name__}")
+                assert_never(event)
         return []
+
+    def _release(self) -> list[Frame]:
+        """The held frames of the current block, and of each next one once it is current."""
+        out: list[Frame] = []
+        while self._current < len(self.output_blocks):
+            block_id = self.output_blocks[self._current]
+            out += [self._separated(frame) for frame in self._held[block_id]]
+            self._held[block_id] = []
+            if block_id not in self._ended:
+                break
+            self._current += 1
+        return out
+
+    def _separated(self, frame: Frame) -> Frame:
+        """A block's first text after an earlier block's opens with a blank line."""
+        block_id = frame["blockId"]
+        if frame.get("event") == "chunk_reset":
+            self._shows_text[block_id] = False
+        elif "chunk" in frame and not self._shows_text.get(block_id):
+            self._shows_text[block_id] = True
+            if any(self._shows_text.get(b) for b in self.output_blocks[: self._current]):
+                return frame | {"chunk": SEPARATOR + frame["chunk"]}
+        return frame
+
+    def _final(self, usage: Frame | None) -> Frame:
+        """The envelope: the answered blocks' text and tool calls, and an agent's usage."""
+        answered = [b for b in self.output_blocks if b in self._answers]
+        output: Frame = {
+            "content": self.policy.shown(SEPARATOR.join(self._answers[b] for b in answered)),
+            "toolCalls": [call for b in answered for call in self._blocks[b].tool_calls.values()],
+        }
+        if usage is not None:
+            output["usage"] = usage
+        return final_frame(self.policy, self.conversation_id, output)
+
+
+def _text(output: dict[str, Any]) -> str:
+    """A block's answer as text: an agent's ``content``, a template's ``text``, else JSON."""
+    for key in ("content", "text"):
+        if isinstance(output.get(key), str):
+            return str(output[key])
+    value = output.get("result", output)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)

@@ -13,18 +13,23 @@ frame, the last step's text is ``complete.content`` (and, in a run of one step, 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agentstream.events import (
     ApprovalRequested,
-    BaseEvent,
+    BlockCompleted,
+    BlockError,
+    BlockOutput,
+    BlockSkipped,
+    BlockStarted,
     ContextHandlerCreated,
     DelegationCompleted,
     DelegationStarted,
     EntityChunk,
     EntityText,
+    Event,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -54,14 +59,14 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-def frame(event: BaseEvent, *, live: bool = False) -> dict[str, Any] | None:
+def frame(event: Event, *, live: bool = False) -> dict[str, Any] | None:
     """The native frame for an event, or None if this surface does not show it. ``live``:
     the event comes from the live log, with its deltas, not from the store (a replay)."""
     body = _body(event, live)
     return None if body is None else {"seq": event.seq, **body}
 
 
-def _body(event: BaseEvent, live: bool) -> dict[str, Any] | None:
+def _body(event: Event, live: bool) -> dict[str, Any] | None:
     match event:
         case TextDelta(delta=delta, separator=separator):
             return {"event": "content_delta", "delta": separator + delta}
@@ -147,7 +152,10 @@ def _body(event: BaseEvent, live: bool) -> dict[str, Any] | None:
             }
         case RunFailed(message=message, status=status):
             return {"event": "error", "message": message, "status": status}
-    raise TypeError(f"No native frame for {type(event).__name__}")
+        case BlockStarted() | BlockOutput() | BlockCompleted() | BlockError() | BlockSkipped():
+            return None  # an agent run has no blocks
+        case _:
+            assert_never(event)
 
 
 def _entity_chunk(entity: str, entity_run_id: str, delta: str) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The native workflow surface (spec 002 "Workflow Streaming").
 
-``frame()`` turns a workflow event into the frame a client receives: ``{"event": NAME, ...}``
-with the spec's key fields and the event's ``seq`` (where a client resumes from:
-``GET /api/workflows/executions/{id}/stream?after=<seq>``). What the spec's table does not
-name follows the agent surface, scoped to the block, as the spec does for
+``frame()`` turns an event of a workflow run into the frame a client receives:
+``{"event": NAME, ...}`` with the spec's key fields and the event's ``seq`` (where a client
+resumes from: ``GET /api/workflows/executions/{id}/stream?after=<seq>``). What the spec's
+table does not name follows the agent surface, scoped to the block, as the spec does for
 ``content_delta`` / ``reasoning_delta``:
 
 - an agent block's tool calls are ``tool_call`` / ``tool_result`` and its assembled
@@ -20,27 +20,37 @@ The pydantic models below describe the same frames for clients and the docs.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agentstream.workflows.events import (
-    BlockChunk,
-    BlockChunkReset,
+from agentstream.events import (
+    ApprovalRequested,
     BlockCompleted,
-    BlockContentDelta,
     BlockError,
     BlockOutput,
-    BlockReasoning,
-    BlockReasoningDelta,
     BlockSkipped,
     BlockStarted,
-    BlockTool,
-    WorkflowCancelled,
-    WorkflowComplete,
-    WorkflowError,
-    WorkflowEventBase,
-    WorkflowStart,
+    ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    EntityChunk,
+    EntityText,
+    Event,
+    Reasoning,
+    ReasoningDelta,
+    ReasoningSummary,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
 )
 
 __all__ = ["TERMINAL_FRAMES", "WorkflowFrame", "WorkflowFrameAdapter", "frame", "frames"]
@@ -49,84 +59,91 @@ TERMINAL_FRAMES = frozenset({"workflow_complete", "workflow_error"})
 """Exactly one of these ends every execution's stream."""
 
 
-def frame(event: WorkflowEventBase) -> dict[str, Any] | None:
-    """The native frame for a workflow event, or None if this surface does not show it."""
+def frame(event: Event) -> dict[str, Any] | None:
+    """The native frame for an event of a workflow run, or None if this surface does not
+    show it."""
     body = _body(event)
     return None if body is None else {"seq": event.seq, **body}
 
 
-def _body(event: WorkflowEventBase) -> dict[str, Any] | None:
+def _body(event: Event) -> dict[str, Any] | None:
+    block_id = event.block_id
     match event:
-        case BlockContentDelta(block_id=block_id, delta=delta):
+        case TextDelta(delta=delta):
             return {"event": "content_delta", "block_id": block_id, "delta": delta}
-        case BlockReasoningDelta(block_id=block_id, delta=delta):
+        case ReasoningDelta(delta=delta):
             return {"event": "reasoning_delta", "block_id": block_id, "delta": delta}
-        case BlockChunk(block_id=block_id, delta=delta):
-            return {"event": "block_chunk", "block_id": block_id, "delta": delta}
-        case BlockChunkReset():
-            return None
-        case WorkflowStart(execution_id=execution_id, workflow_id=workflow_id):
+        case Text(text=text):
+            return {"event": "block_chunk", "block_id": block_id, "delta": text}
+        case RunStarted(run_id=execution_id, workflow_id=workflow_id):
             return {
                 "event": "workflow_start",
                 "execution_id": execution_id,
                 "workflow_id": workflow_id,
             }
-        case BlockStarted(block_id=block_id, block_type=block_type):
+        case BlockStarted(block_type=block_type):
             return {"event": "block_started", "block_id": block_id, "block_type": block_type}
-        case BlockReasoning(block_id=block_id, text=text):
+        case Reasoning(text=text):
             return {"event": "reasoning", "block_id": block_id, "text": text}
-        case BlockTool(phase="start", block_id=block_id, call_id=call_id, name=name):
+        case ToolCall(call_id=call_id, tool_name=name, arguments=arguments):
             return {
                 "event": "tool_call",
                 "block_id": block_id,
                 "tool_call_id": call_id,
                 "tool_name": name,
-                "arguments": event.arguments or {},
+                "arguments": arguments,
             }
-        case BlockTool(block_id=block_id, call_id=call_id, name=name, status=status):
+        case ToolResult(call_id=call_id, tool_name=name, result=result, status=status):
             return {
                 "event": "tool_result",
                 "block_id": block_id,
                 "tool_call_id": call_id,
                 "tool_name": name,
-                "result": event.result,
-                "status": status or "success",
+                "result": result,
+                "status": status,
             }
-        case BlockOutput(block_id=block_id, output=output):
+        case BlockOutput(output=output):
             return {"event": "block_output", "block_id": block_id, "output": output}
-        case BlockCompleted(block_id=block_id):
+        case BlockCompleted():
             return {"event": "block_completed", "block_id": block_id}
-        case BlockError(block_id=block_id, error=error, handled=handled):
+        case BlockError(error=error, handled=handled):
             return {
                 "event": "block_error",
                 "block_id": block_id,
                 "error": error,
                 "handled": handled,
             }
-        case BlockSkipped(block_id=block_id):
+        case BlockSkipped():
             return {"event": "block_skipped", "block_id": block_id}
-        case WorkflowComplete(execution_id=execution_id, result=result):
+        case RunCompleted(run_id=execution_id, result=result):
             return {"event": "workflow_complete", "execution_id": execution_id, "result": result}
-        case WorkflowError(execution_id=execution_id, error=error, block_id=block_id):
+        case RunFailed(run_id=execution_id, status=status, message=message):
             return {
                 "event": "workflow_error",
                 "execution_id": execution_id,
-                "error": error,
-                "status": "error",
-                "block_id": block_id,
+                "error": message,
+                "status": "error" if status == "error" else "cancelled",
+                "block_id": event.failed_block,
             }
-        case WorkflowCancelled(execution_id=execution_id, reason=reason):
-            return {
-                "event": "workflow_error",
-                "execution_id": execution_id,
-                "error": reason,
-                "status": "cancelled",
-                "block_id": None,
-            }
-    raise TypeError(f"No workflow frame for {type(event).__name__}")
+        case (
+            TextRetracted()
+            | StepStarted()
+            | StepCompleted()
+            | ReasoningSummary()
+            | ApprovalRequested()
+            | ContextHandlerCreated()
+            | RunPaused()
+            | DelegationStarted()
+            | EntityChunk()
+            | EntityText()
+            | DelegationCompleted()
+        ):
+            return None  # a reset retracts nothing here: deltas are provisional anyway
+        case _:
+            assert_never(event)
 
 
-def frames(event: WorkflowEventBase) -> tuple[dict[str, Any], ...]:
+def frames(event: Event) -> tuple[dict[str, Any], ...]:
     """``frame`` as a render function for the SSE encoder: none or one frame."""
     shown = frame(event)
     return () if shown is None else (shown,)

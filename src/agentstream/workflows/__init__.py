@@ -1,14 +1,14 @@
 """Workflows: DAGs of blocks (agents, orchestrations, conditions, functions, HTTP requests,
-templates) executed concurrently where edges allow, streamed as workflow events.
+templates) executed concurrently where edges allow, streamed as canonical events
+(``agentstream.events``) like every run.
 
 Load and validate a definition with ``parse_workflow`` / ``load_workflow``; run it with a
 ``WorkflowEngine``: ``await engine.execution(workflow, sink=...).run(input)``.
 """
 
 from agentstream.workflows.definition import Workflow
-from agentstream.workflows.engine import EventSink, Execution, ExecutionResult, WorkflowEngine
+from agentstream.workflows.engine import Emitter, Execution, ExecutionResult, WorkflowEngine
 from agentstream.workflows.errors import BlockFailed, Issue, WorkflowInvalid
-from agentstream.workflows.events import WorkflowEvent, WorkflowEventAdapter
 from agentstream.workflows.http_block import SafeHttpClient
 from agentstream.workflows.runners import (
     AgentEvents,
@@ -23,7 +23,7 @@ __all__ = [
     "AgentEvents",
     "AgentRunner",
     "BlockFailed",
-    "EventSink",
+    "Emitter",
     "Execution",
     "ExecutionResult",
     "Issue",
@@ -33,8 +33,6 @@ __all__ = [
     "SafeHttpClient",
     "Workflow",
     "WorkflowEngine",
-    "WorkflowEvent",
-    "WorkflowEventAdapter",
     "WorkflowInvalid",
     "load_workflow",
     "parse_workflow",

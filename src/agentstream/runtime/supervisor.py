@@ -1,0 +1,155 @@
+"""Every live run of this process, agent runs and workflow executions alike.
+
+A run is a *program* (the agent loop, or the DAG engine) launched as a task of its own,
+independent of the request that started it. The supervisor gives each the same life: a
+timeout, a cancel from anywhere, exactly one ending that its program's ``finish`` records
+(so every viewer gets a terminal event), and, when the server stops, an interruption that
+is recorded like any other ending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from agentstream.events import INTERRUPTED, FailureStatus
+from agentstream.runlog import LogSubscription, RunLog
+
+__all__ = ["LiveRun", "Stopped", "Supervisor", "internal_error"]
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE = 5.0
+"""Seconds the runs still going at shutdown get to record how they ended."""
+
+Ending = TypeVar("Ending")
+"""What a program returns to its ``finish`` when it ends by itself."""
+
+
+def internal_error(run_id: str) -> str:
+    """What viewers read of an unexpected failure (a public chat may be watching); the
+    details go to the log."""
+    return f"Internal error; the server log has the details of run {run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """A run ended before its program did: who stopped it, and why, for a person."""
+
+    status: FailureStatus
+    message: str
+
+
+@dataclass(slots=True)
+class LiveRun:
+    run_id: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the ending is recorded."""
+    stopped: Stopped | None = None
+    """Why it is being stopped, if it is: the first stop wins."""
+
+    def stop(self, status: FailureStatus, message: str) -> None:
+        self.stopped = self.stopped or Stopped(status, message)
+        self.scope.cancel()
+
+
+class Supervisor:
+    """Launches programs as runs and ends them. Use as an async context manager: leaving it
+    interrupts the runs still going and gives them ``SHUTDOWN_GRACE`` seconds to record it."""
+
+    def __init__(self, log: RunLog) -> None:
+        self.log = log
+        self._live: dict[str, LiveRun] = {}
+        self._group: TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._group is not None
+        live = list(self._live.values())
+        for each in live:
+            each.stop("interrupted", INTERRUPTED)
+        with anyio.move_on_after(SHUTDOWN_GRACE):
+            for each in live:
+                await each.done.wait()
+        self._group.cancel_scope.cancel()
+        await self._group.__aexit__(kind, exc, tb)
+        self._group = None
+
+    @property
+    def running(self) -> bool:
+        return self._group is not None
+
+    def launch(
+        self,
+        run_id: str,
+        program: Callable[[], Awaitable[Ending]],
+        finish: Callable[[Ending | Stopped], Awaitable[None]],
+        *,
+        timeout: float,
+    ) -> LiveRun:
+        """Run ``program`` as the task of run ``run_id``, within ``timeout`` seconds, then
+        hand what it returned (or why it was stopped) to ``finish``, shielded: ``finish``
+        records the ending and publishes the run's terminal event. ``program`` turns its own
+        failures into what it returns; one that escapes is logged, and ``finish`` gets an
+        ``error`` ending."""
+        if self._group is None:
+            raise RuntimeError("The supervisor is not running")
+        live = self._live[run_id] = LiveRun(run_id)
+
+        async def run() -> None:
+            ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
+            try:
+                with live.scope:
+                    with anyio.move_on_after(timeout) as deadline:
+                        ending = await program()
+                    if deadline.cancelled_caught:
+                        ending = Stopped("timeout", f"Execution timed out after {timeout:g}s")
+                if live.scope.cancelled_caught and live.stopped is not None:
+                    ending = live.stopped
+            except Exception:
+                logger.exception("Run %s failed", run_id)
+                ending = Stopped("error", internal_error(run_id))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await finish(ending)
+                    finally:
+                        if self._live.get(run_id) is live:
+                            del self._live[run_id]
+                        live.done.set()
+
+        self._group.start_soon(run, name=run_id)
+        return live
+
+    def cancel(self, run_id: str, reason: str) -> anyio.Event | None:
+        """Stop a live run: it ends ``cancelled`` with ``reason``. The event set once it has
+        ended, or None if the run is not live here."""
+        live = self._live.get(run_id)
+        if live is None:
+            return None
+        live.stop("cancelled", reason)
+        return live.done
+
+    def get(self, run_id: str) -> LiveRun | None:
+        return self._live.get(run_id)
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> LogSubscription | None:
+        """Follow a run's events (deltas included) from the first with ``seq > after``; None
+        if it is not in this server's log (it ended a while ago, or ran elsewhere): its
+        persisted events are in the store."""
+        if run_id not in self.log:
+            return None
+        return self.log.subscribe(run_id, after=after)
