@@ -1,10 +1,13 @@
-"""Grouped inserts on a real SQLite file: a bad row fails only its own caller, and a row
-whose write failed is never written later."""
+"""The store on a real database: grouped inserts (a bad row fails only its own caller, and a
+row whose write failed is never written later), and the one run path that agent runs and
+workflow executions share."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -12,9 +15,23 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.agents import AgentSpec
-from agentstream.events import RunStarted, StepStarted
+from agentstream.events import RunCompleted, RunFailed, RunStarted, StepStarted, Usage
 from agentstream.store import Store
+from agentstream.store.store import INTERRUPTED
 from agentstream.store.tables import RunEventRow
+from agentstream.store.workflows import INTERRUPTED as workflows_interrupted
+from agentstream.store.workflows import WorkflowStore
+from agentstream.workflows import Workflow, parse_workflow
+from agentstream.workflows.events import (
+    BlockOutput,
+    BlockReasoning,
+    BlockTool,
+    WorkflowCancelled,
+    WorkflowComplete,
+    WorkflowError,
+    WorkflowEventBase,
+    WorkflowStart,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -92,5 +109,189 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
             assert (await store.get_run(f"run_{n}")) is not None
             assert await store.session_agent(f"ses_{n}") == "a"
         assert await store.get_run("run_7") is None
+    finally:
+        await store.close()
+
+
+# --- the one run path: agent runs and workflow executions alike ------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def flow(workflow_id: str) -> Workflow:
+    return parse_workflow(
+        {
+            "id": workflow_id,
+            "blocks": [
+                {"id": "start", "type": "start"},
+                {"id": "out", "type": "response", "output": 1},
+            ],
+            "edges": [{"from": "start", "to": "out"}],
+        }
+    )
+
+
+async def test_runs_of_both_kinds_share_one_table_and_are_told_apart(database_url: str) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, execution_id = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(
+            execution_id, flow("f"), version=None, draft=True, input={"n": 1}
+        )
+        assert await store.get_run(execution_id) is None
+        assert await workflows.get_execution(run_id) is None
+        execution = await workflows.get_execution(execution_id)
+        assert execution is not None
+        assert (execution.status, execution.input, execution.draft) == ("running", {"n": 1}, True)
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.input) == ("running", "hi")
+
+        await workflows.finish_execution(
+            execution_id,
+            status="completed",
+            result=[1, 2],
+            error=None,
+            last_event=WorkflowComplete(execution_id=execution_id, seq=1, ts=1.0, result=[1, 2]),
+        )
+        await store.finish_run(
+            run_id,
+            status="completed",
+            content="hello",
+            error=None,
+            usage=Usage(input_tokens=3, output_tokens=4),
+            memory=[],
+            last_event=RunCompleted(run_id=run_id, seq=2, ts=2.0, content="hello"),
+        )
+        execution = await workflows.get_execution(execution_id)
+        run = await store.get_run(run_id)
+        assert execution is not None
+        assert run is not None
+        assert (execution.status, execution.result, execution.finished_at is not None) == (
+            "completed",
+            [1, 2],
+            True,
+        )
+        assert (run.status, run.content, run.usage.total_tokens) == ("completed", "hello", 7)
+        assert [e.type for e in await store.run_events(run_id)] == ["run_started", "run_completed"]
+        assert [e.type for e in await workflows.execution_events(execution_id)] == [
+            "workflow_complete"
+        ]
+    finally:
+        await store.close()
+
+
+async def test_workflow_events_are_kept_in_the_one_vocabulary_and_read_back_unchanged(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    wfx = f"wfx_{uuid.uuid4().hex}"
+    stamp: dict[str, Any] = {"execution_id": wfx, "ts": 1.5}
+    events: list[WorkflowEventBase] = [
+        WorkflowStart(**stamp, seq=1, workflow_id="f"),
+        BlockReasoning(**stamp, seq=2, block_id="ask", text="first"),
+        BlockTool(**stamp, seq=3, block_id="ask", phase="start", call_id="c", name="t",
+                  arguments={"x": 1}),
+        BlockTool(**stamp, seq=4, block_id="ask", phase="end", call_id="c", name="t",
+                  status="error", result="boom"),
+        BlockReasoning(**stamp, seq=5, block_id="ask", text="second"),
+        BlockOutput(**stamp, seq=6, block_id="ask", output={"content": "ok"}),
+    ]  # fmt: skip
+    last = WorkflowError(**stamp, seq=7, error="failed", block_id="ask")
+    try:
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        for event in events:
+            await workflows.append_event(event)
+        await workflows.finish_execution(
+            wfx, status="error", result=None, error="failed", last_event=last
+        )
+        assert await workflows.execution_events(wfx) == [*events, last]
+        stored = await store.runs.events(wfx)
+        assert [(p["type"], p.get("step")) for p in stored] == [
+            ("run_started", None),
+            ("reasoning", 1),
+            ("tool_call", 1),
+            ("tool_result", 1),
+            ("reasoning", 2),
+            ("block_output", None),
+            ("run_failed", None),
+        ]
+        assert all(p["run_id"] == wfx and "execution_id" not in p for p in stored)
+        assert stored[-1] | {"ts": 0} == {
+            "type": "run_failed", "run_id": wfx, "seq": 7, "ts": 0, "status": "error",
+            "message": "failed", "failed_block": "ask",
+        }  # fmt: skip
+    finally:
+        await store.close()
+
+
+async def test_a_crash_leaves_runs_of_each_kind_interrupted_by_its_own_path(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        started = WorkflowStart(execution_id=wfx, seq=1, ts=1.0, workflow_id="f")
+        await workflows.append_event(started)
+
+        assert await workflows.interrupt_unfinished() >= 1
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert run.status == "running", "an agent run is not an execution"
+        [first, stopped] = await workflows.execution_events(wfx)
+        assert first == started
+        assert isinstance(stopped, WorkflowCancelled)
+        assert (stopped.seq, stopped.status, stopped.reason) == (
+            2,
+            "interrupted",
+            workflows_interrupted,
+        )
+
+        assert await store.interrupt_unfinished_runs() >= 1
+        [_, failed] = await store.run_events(run_id)
+        assert isinstance(failed, RunFailed)
+        assert (failed.seq, failed.status, failed.message) == (2, "interrupted", INTERRUPTED)
+        execution = await workflows.get_execution(wfx)
+        assert execution is not None
+        assert execution.error == workflows_interrupted
+    finally:
+        await store.close()
+
+
+async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        await store.mark_failed(run_id, "lost")
+        await workflows.mark_failed(wfx, "lost too")
+        run, execution = await store.get_run(run_id), await workflows.get_execution(wfx)
+        assert run is not None
+        assert (run.status, run.error) == ("error", "lost")
+        assert execution is not None
+        assert (execution.status, execution.error) == (
+            "error",
+            "lost too",
+        )
+        await workflows.mark_failed(wfx, "again")  # ended: left as it is
+        execution = await workflows.get_execution(wfx)
+        assert execution is not None
+        assert execution.error == "lost too"
     finally:
         await store.close()

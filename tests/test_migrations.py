@@ -148,7 +148,9 @@ def copy_rows(target: Connection, source: Path) -> None:
                 target.execute(table.insert(), found)
             if "id" in table.c and isinstance(table.c.id.type, Integer) and found:
                 serial = f"pg_get_serial_sequence('{table.name}', 'id')"
-                target.exec_driver_sql(f"SELECT setval({serial}, (SELECT max(id) FROM {table.name}))")
+                target.exec_driver_sql(
+                    f"SELECT setval({serial}, (SELECT max(id) FROM {table.name}))"
+                )
     origin.dispose()
 
 
