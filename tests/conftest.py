@@ -134,11 +134,12 @@ def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
 
 
 def latest_run_id(live: LiveServer, agent_id: str | None = None) -> str:
-    """The newest run in the server's SQLite file, of ``agent_id`` if given."""
-    where, params = ("where agent_id = ?", (agent_id,)) if agent_id else ("", ())
+    """The newest agent run in the server's SQLite file, of ``agent_id`` if given."""
+    where, params = ("and agent_id = ?", (agent_id,)) if agent_id else ("", ())
     with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
         row = db.execute(
-            f"select id from runs {where} order by created_at desc limit 1", params
+            f"select id from runs where kind = 'agent' {where} order by created_at desc limit 1",
+            params,
         ).fetchone()
     assert row is not None, f"no run of {agent_id or 'any agent'}"
     return str(row[0])

@@ -1,10 +1,13 @@
-"""Grouped inserts on a real SQLite file: a bad row fails only its own caller, and a row
-whose write failed is never written later."""
+"""The store on a real database: grouped inserts (a bad row fails only its own caller, and a
+row whose write failed is never written later), and the one run path that agent runs and
+workflow executions share."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -12,9 +15,24 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.agents import AgentSpec
-from agentstream.events import RunStarted, StepStarted
+from agentstream.events import (
+    INTERRUPTED,
+    BaseEvent,
+    BlockOutput,
+    Reasoning,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepStarted,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from agentstream.store import Store
 from agentstream.store.tables import RunEventRow
+from agentstream.store.workflows import WorkflowStore
+from agentstream.workflows import Workflow, parse_workflow
 
 pytestmark = pytest.mark.anyio
 
@@ -92,5 +110,180 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
             assert (await store.get_run(f"run_{n}")) is not None
             assert await store.session_agent(f"ses_{n}") == "a"
         assert await store.get_run("run_7") is None
+    finally:
+        await store.close()
+
+
+# --- the one run path: agent runs and workflow executions alike ------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def flow(workflow_id: str) -> Workflow:
+    return parse_workflow(
+        {
+            "id": workflow_id,
+            "blocks": [
+                {"id": "start", "type": "start"},
+                {"id": "out", "type": "response", "output": 1},
+            ],
+            "edges": [{"from": "start", "to": "out"}],
+        }
+    )
+
+
+async def test_runs_of_both_kinds_share_one_table_and_are_told_apart(database_url: str) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, execution_id = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(
+            execution_id, flow("f"), version=None, draft=True, input={"n": 1}
+        )
+        assert await store.get_run(execution_id) is None
+        assert await workflows.get_execution(run_id) is None
+        execution = await workflows.get_execution(execution_id)
+        assert execution is not None
+        assert (execution.status, execution.input, execution.draft) == ("running", {"n": 1}, True)
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.input) == ("running", "hi")
+
+        await workflows.finish_execution(
+            execution_id,
+            status="completed",
+            result=[1, 2],
+            error=None,
+            last_event=RunCompleted(run_id=execution_id, seq=1, ts=1.0, result=[1, 2]),
+        )
+        await store.finish_run(
+            run_id,
+            status="completed",
+            content="hello",
+            error=None,
+            usage=Usage(input_tokens=3, output_tokens=4),
+            memory=[],
+            last_event=RunCompleted(run_id=run_id, seq=2, ts=2.0, content="hello"),
+        )
+        execution = await workflows.get_execution(execution_id)
+        run = await store.get_run(run_id)
+        assert execution is not None
+        assert run is not None
+        assert (execution.status, execution.result, execution.finished_at is not None) == (
+            "completed",
+            [1, 2],
+            True,
+        )
+        assert (run.status, run.content, run.usage.total_tokens) == ("completed", "hello", 7)
+        assert [e.type for e in await store.run_events(run_id)] == ["run_started", "run_completed"]
+        assert [e.type for e in await workflows.execution_events(execution_id)] == ["run_completed"]
+    finally:
+        await store.close()
+
+
+async def test_a_workflows_events_are_kept_and_read_back_unchanged(database_url: str) -> None:
+    """Block-scoped events of the one vocabulary, through the one store path."""
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    wfx = f"wfx_{uuid.uuid4().hex}"
+    stamp: dict[str, Any] = {"run_id": wfx, "ts": 1.5}
+    block: dict[str, Any] = {**stamp, "block_id": "ask"}
+    events: list[BaseEvent] = [
+        RunStarted(**stamp, seq=1, workflow_id="f"),
+        Reasoning(**block, seq=2, step=1, text="first"),
+        ToolCall(**block, seq=3, step=1, call_id="ask:c", tool_name="t", arguments={"x": 1}),
+        ToolResult(**block, seq=4, step=1, call_id="ask:c", tool_name="t", status="error",
+                   result="boom"),
+        Reasoning(**block, seq=5, step=2, text="second"),
+        Text(**block, seq=6, step=2, text="ok"),
+        BlockOutput(**block, seq=7, output={"content": "ok"}),
+    ]  # fmt: skip
+    last = RunFailed(**stamp, seq=8, status="error", message="failed", failed_block="ask")
+    try:
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        for event in events:
+            await workflows.append_event(event)
+        await workflows.finish_execution(
+            wfx, status="error", result=None, error="failed", last_event=last
+        )
+        assert await workflows.execution_events(wfx) == [*events, last]
+        async with store.db.session() as db:
+            kept = (await db.scalars(select(RunEventRow).where(RunEventRow.run_id == wfx))).all()
+        assert sorted((row.seq, row.type) for row in kept) == [
+            (1, "run_started"),
+            (2, "reasoning"),
+            (3, "tool_call"),
+            (4, "tool_result"),
+            (5, "reasoning"),
+            (6, "text"),
+            (7, "block_output"),
+            (8, "run_failed"),
+        ]
+    finally:
+        await store.close()
+
+
+async def test_a_crash_leaves_runs_of_each_kind_interrupted_by_its_own_path(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        started = RunStarted(run_id=wfx, seq=1, ts=1.0, workflow_id="f")
+        await workflows.append_event(started)
+
+        assert await workflows.interrupt_unfinished() >= 1
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert run.status == "running", "an agent run is not an execution"
+        [first, stopped] = await workflows.execution_events(wfx)
+        assert first == started
+        assert isinstance(stopped, RunFailed)
+        assert (stopped.seq, stopped.status, stopped.message) == (2, "interrupted", INTERRUPTED)
+
+        assert await store.interrupt_unfinished_runs() >= 1
+        [_, failed] = await store.run_events(run_id)
+        assert isinstance(failed, RunFailed)
+        assert (failed.seq, failed.status, failed.message) == (2, "interrupted", INTERRUPTED)
+        execution = await workflows.get_execution(wfx)
+        assert execution is not None
+        assert execution.error == INTERRUPTED
+    finally:
+        await store.close()
+
+
+async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    workflows = WorkflowStore(store.db)
+    run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        await store.mark_failed(run_id, "lost")
+        await workflows.mark_failed(wfx, "lost too")
+        run, execution = await store.get_run(run_id), await workflows.get_execution(wfx)
+        assert run is not None
+        assert (run.status, run.error) == ("error", "lost")
+        assert execution is not None
+        assert (execution.status, execution.error) == (
+            "error",
+            "lost too",
+        )
+        await workflows.mark_failed(wfx, "again")  # ended: left as it is
+        execution = await workflows.get_execution(wfx)
+        assert execution is not None
+        assert execution.error == "lost too"
     finally:
         await store.close()

@@ -1,8 +1,8 @@
 """The store: a few async methods over SQLAlchemy, the same for SQLite and PostgreSQL.
 
-Writes are few and coarse by design: one row per run, one per persisted event, and the
-run's outcome with its conversation memory in one transaction at the end. Token deltas
-never come here.
+Agents, API keys, chat deployments, sessions with their messages, and agent runs, which
+are written by the one run path (``agentstream.store.runs``) that workflow executions
+share.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,24 +18,24 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, delete, event, func, select, update
+from sqlalchemy import Connection, delete, event, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentstream.agents import AgentSpec
 from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
-from agentstream.events import INTERRUPTED, BaseEvent, Event, EventAdapter, RunFailed, Usage
+from agentstream.events import INTERRUPTED, BaseEvent, Event, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
+from agentstream.store.runs import RunStore, event_row
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
     ApprovalRow,
     DeploymentRow,
     MessageRow,
-    RunEventRow,
     RunRow,
     SessionRow,
 )
@@ -136,6 +135,8 @@ class Store:
         self.engine = engine
         self.db = Database(engine)
         """Shared with the other stores over this engine (``KnowledgeStore``, ...)."""
+        self.runs = RunStore(self.db)
+        """Runs of both kinds: agent runs here, workflow executions in ``WorkflowStore``."""
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -145,7 +146,7 @@ class Store:
         engine = create_async_engine(url)
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        async with engine.begin() as connection:
+        async with engine.connect() as connection:
             await connection.run_sync(_upgrade)
         return cls(engine)
 
@@ -266,7 +267,7 @@ class Store:
         async with self.db.session() as db:
             rows = await db.scalars(
                 select(RunRow).where(RunRow.session_id == session_id).order_by(RunRow.created_at)
-            )
+            )  # only agent runs have a session
             return [_run_record(row) for row in rows]
 
     async def delete_session(self, session_id: str) -> bool:
@@ -295,14 +296,11 @@ class Store:
         reasoning_requested: bool,
         first_event: BaseEvent,
     ) -> None:
-        """The run, its first event (and its new session): all or nothing, written with
-        whatever else waits to be written."""
-        await self.db.insert(
-            SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
-            if new_session
-            else None,
+        """The run, its first event (and its new session): all or nothing."""
+        await self.runs.create(
             RunRow(
                 id=run_id,
+                kind="agent",
                 agent_id=agent.spec.id,
                 agent_version=agent.version,
                 session_id=session_id,
@@ -311,11 +309,14 @@ class Store:
                 reasoning_requested=reasoning_requested,
                 created_at=now(),
             ),
-            _event_row(first_event),
+            first_event=first_event,
+            session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
+            if new_session
+            else None,
         )
 
     async def append_event(self, event: BaseEvent) -> None:
-        await self.db.insert(_event_row(event))  # grouped with other runs' events
+        await self.runs.append(event)
 
     async def finish_run(
         self,
@@ -330,32 +331,23 @@ class Store:
     ) -> None:
         """Record the outcome, its last event, and the run's exchange in its session: all
         or nothing."""
-        async with self.db.write() as db:
-            db.add(_event_row(last_event))
-            run = await db.get_one(RunRow, run_id)
-            run.status = status
-            run.content = content
-            run.error = error
-            run.input_tokens = usage.input_tokens
-            run.output_tokens = usage.output_tokens
-            run.cost_usd = usage.cost_usd
-            run.paused_state = None
-            run.finished_at = now()
-            db.add_all(_message_row(run.session_id, run_id, message) for message in memory)
+        await self.runs.finish(
+            run_id,
+            status=status,
+            last_event=last_event,
+            error=error,
+            content=content,
+            usage=usage,
+            memory=memory,
+        )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        async with self.db.session() as db:
-            row = await db.get(RunRow, run_id)
+        """The agent run (None for a workflow execution's id)."""
+        row = await self.runs.get(run_id, "agent")
         return None if row is None else _run_record(row)
 
     async def run_events(self, run_id: str) -> list[Event]:
-        async with self.db.session() as db:
-            rows = await db.scalars(
-                select(RunEventRow.payload)
-                .where(RunEventRow.run_id == run_id)
-                .order_by(RunEventRow.seq)
-            )
-            return [EventAdapter.validate_python(payload) for payload in rows]
+        return await self.runs.events(run_id)
 
     # Approvals
 
@@ -371,7 +363,7 @@ class Store:
         """Save what the run needs to continue and the approvals it waits for: all or nothing."""
         paused_at = now()
         async with self.db.write() as db:
-            db.add(_event_row(last_event))
+            db.add(event_row(last_event))
             run = await db.get_one(RunRow, run_id)
             run.status = "awaiting_approval"
             run.paused_state = state
@@ -440,16 +432,14 @@ class Store:
             if not result.rowcount:  # type: ignore[attr-defined]
                 return None
             run = await db.get_one(RunRow, run_id)
-            last_seq = await db.scalar(
-                select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
-            )
-            assert run.paused_state is not None
-            return PausedRun(
-                state=run.paused_state,
-                usage=_run_record(run).usage,
-                last_seq=last_seq or 0,
-                session_id=run.session_id,
-            )
+        assert run.paused_state is not None
+        assert run.session_id is not None
+        return PausedRun(
+            state=run.paused_state,
+            usage=_run_record(run).usage,
+            last_seq=await self.runs.last_seq(run_id),  # claimed: no one else writes to it
+            session_id=run.session_id,
+        )
 
     async def session_paused(self, session_id: str) -> bool:
         """Whether the session has a run waiting for approval (it takes no new message)."""
@@ -463,12 +453,7 @@ class Store:
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
-        async with self.db.write() as db:
-            await db.execute(
-                update(RunRow)
-                .where(RunRow.id == run_id)
-                .values(status="error", error=error, paused_state=None, finished_at=now())
-            )
+        await self.runs.mark_failed(run_id, error)
 
     async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool:
         """End a run that waits for approval as cancelled; its open approvals with it."""
@@ -487,7 +472,7 @@ class Store:
                 .where(ApprovalRow.run_id == run_id, ApprovalRow.decision == "pending")
                 .values(decision="cancelled", decided_at=now())
             )
-            db.add(_event_row(last_event))
+            db.add(event_row(last_event))
         return True
 
     async def decided_paused_runs(self) -> list[str]:
@@ -503,56 +488,31 @@ class Store:
             return list(rows)
 
     async def last_seq(self, run_id: str) -> int:
-        async with self.db.session() as db:
-            found = await db.scalar(
-                select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
-            )
-        return found or 0
+        return await self.runs.last_seq(run_id)
 
     async def interrupt_unfinished_runs(self) -> int:
-        """Runs left ``running`` by a crash can never finish: say so, in the record and
-        with the terminal event a server stopping in good order would have written. Runs
-        waiting for approval are not running: they stay paused."""
-        last_seqs = (
-            select(RunRow.id, func.max(RunEventRow.seq))
-            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
-            .where(RunRow.status == "running")
-            .group_by(RunRow.id)
-        )
-        async with self.db.write() as db:
-            unfinished = (await db.execute(last_seqs)).all()
-            db.add_all(
-                _event_row(
-                    RunFailed(
-                        run_id=run_id,
-                        seq=(last_seq or 0) + 1,
-                        ts=time.time(),
-                        status="interrupted",
-                        message=INTERRUPTED,
-                    )
-                )
-                for run_id, last_seq in unfinished
-            )
-            await db.execute(
-                update(RunRow)
-                .where(RunRow.id.in_([run_id for run_id, _ in unfinished]))
-                .values(status="interrupted", error=INTERRUPTED, finished_at=now())
-            )
-        return len(unfinished)
-
-
-def _event_row(event: BaseEvent) -> RunEventRow:
-    payload = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
-    return RunEventRow(
-        run_id=event.run_id, seq=event.seq, type=payload["type"], ts=event.ts, payload=payload
-    )
+        """Agent runs left ``running`` by a crash end as interrupted (``RunStore``)."""
+        return await self.runs.interrupt_unfinished("agent", INTERRUPTED)
 
 
 def _upgrade(connection: Connection) -> None:
+    """Migrate to the latest revision. On SQLite, foreign keys are off meanwhile, as SQLite's
+    own procedure for rebuilding a table asks (else dropping the old copy of ``runs`` would
+    delete its events with it), and checked before they are back on."""
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:  # outside any transaction, where the pragma takes effect
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+    connection.commit()
+    if sqlite:
+        if broken := connection.exec_driver_sql("PRAGMA foreign_key_check").all():
+            raise RuntimeError(f"The migrated database breaks foreign keys: {broken[:5]}")
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -621,6 +581,11 @@ def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
 
 
 def _run_record(row: RunRow) -> RunRecord:
+    assert row.kind == "agent", row.kind
+    assert row.agent_id is not None
+    assert row.agent_version is not None
+    assert row.session_id is not None
+    assert row.reasoning_requested is not None
     return RunRecord(
         id=row.id,
         agent_id=row.agent_id,
@@ -660,19 +625,4 @@ def _message(row: MessageRow) -> Message:
         tool_calls=tuple(RequestedToolCall(**call) for call in row.tool_calls),
         tool_call_id=row.tool_call_id,
         provider_state=row.provider_state,
-    )
-
-
-def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
-    return MessageRow(
-        session_id=session_id,
-        run_id=run_id,
-        role=message.role,
-        content=message.content,
-        tool_calls=[
-            {"id": call.id, "name": call.name, "arguments": call.arguments}
-            for call in message.tool_calls
-        ],
-        tool_call_id=message.tool_call_id,
-        provider_state=message.provider_state,
     )

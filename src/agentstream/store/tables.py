@@ -32,8 +32,6 @@ __all__ = [
     "RunEventRow",
     "RunRow",
     "SessionRow",
-    "WorkflowEventRow",
-    "WorkflowExecutionRow",
     "WorkflowRow",
 ]
 
@@ -90,30 +88,49 @@ class MessageRow(Base):
 
 
 class RunRow(Base):
+    """One run of a program: an agent run (``run_…``) or a workflow execution (``wfx_…``).
+
+    The columns of one kind are null on the other's rows. No foreign key to ``workflows``:
+    a draft's definition was never saved, and executions outlive a deleted workflow;
+    ``definition`` is the snapshot that ran."""
+
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    agent_id: Mapped[str] = mapped_column(String(100), index=True)
-    agent_version: Mapped[int] = mapped_column(Integer)
-    session_id: Mapped[str] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
-    )
+    kind: Mapped[str] = mapped_column(String(10))
+    """``agent`` or ``workflow``."""
     status: Mapped[str] = mapped_column(String(20), index=True)
-    input: Mapped[str] = mapped_column(Text)
+    input: Mapped[Any] = mapped_column(JSON, nullable=True)
+    """An agent's message (a string), or the workflow's start input (any JSON)."""
     content: Mapped[str | None] = mapped_column(Text)
+    """An agent's answer."""
+    result: Mapped[Any] = mapped_column(JSON, nullable=True)
+    """A workflow's result."""
     error: Mapped[str | None] = mapped_column(Text)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cost_usd: Mapped[float | None] = mapped_column(Float)
-    paused_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    """While awaiting approval: what the run needs to continue (agent, messages, step)."""
-    reasoning_requested: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+    agent_id: Mapped[str | None] = mapped_column(String(100), index=True)
+    agent_version: Mapped[int | None] = mapped_column(Integer)
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    paused_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """While awaiting approval: what the run needs to continue (agent, messages, step)."""
+    reasoning_requested: Mapped[bool | None] = mapped_column(Boolean)
+
+    workflow_id: Mapped[str | None] = mapped_column(String(100), index=True)
+    workflow_version: Mapped[int | None] = mapped_column(Integer)
+    """The saved version that ran; None for a draft."""
+    draft: Mapped[bool | None] = mapped_column(Boolean)
+    definition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
 
 class RunEventRow(Base):
-    """A persisted canonical event (never a token delta)."""
+    """A persisted event of a run of either kind (never a token delta)."""
 
     __tablename__ = "run_events"
 
@@ -233,37 +250,3 @@ class WorkflowRow(Base):
     version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class WorkflowExecutionRow(Base):
-    """One execution. No foreign key to ``workflows``: a draft's definition was never saved,
-    and executions outlive a deleted workflow; ``definition`` is the snapshot that ran."""
-
-    __tablename__ = "workflow_executions"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_id: Mapped[str] = mapped_column(String(100), index=True)
-    workflow_version: Mapped[int | None] = mapped_column(Integer)
-    """The saved version that ran; None for a draft."""
-    draft: Mapped[bool] = mapped_column(Boolean)
-    definition: Mapped[dict[str, Any]] = mapped_column()
-    status: Mapped[str] = mapped_column(String(20), index=True)
-    input: Mapped[Any] = mapped_column(JSON, nullable=True)
-    result: Mapped[Any] = mapped_column(JSON, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class WorkflowEventRow(Base):
-    """A persisted workflow event (never a token delta)."""
-
-    __tablename__ = "workflow_events"
-
-    execution_id: Mapped[str] = mapped_column(
-        ForeignKey("workflow_executions.id", ondelete="CASCADE"), primary_key=True
-    )
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
-    type: Mapped[str] = mapped_column(String(40))
-    ts: Mapped[float] = mapped_column(Float)
-    payload: Mapped[dict[str, Any]] = mapped_column()

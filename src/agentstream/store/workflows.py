@@ -1,24 +1,22 @@
-"""Workflows (versioned definitions), their executions and the executions' persisted events.
-
-Like runs: one row per execution, one per persisted event, and the outcome with its last
-event in one transaction. Token deltas never come here.
+"""Workflows (versioned definitions) and their executions: runs of kind ``workflow``,
+written by the one run path (``agentstream.store.runs``) that agent runs share.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.errors import Conflict
-from agentstream.events import INTERRUPTED, BaseEvent, Event, EventAdapter, RunFailed
+from agentstream.events import INTERRUPTED, BaseEvent, Event
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
-from agentstream.store.tables import WorkflowEventRow, WorkflowExecutionRow, WorkflowRow
+from agentstream.store.runs import RunStore
+from agentstream.store.tables import RunRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
 
 __all__ = ["ExecutionRecord", "StoredWorkflow", "WorkflowStore", "definition_json"]
@@ -60,6 +58,7 @@ class WorkflowStore:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._runs = RunStore(db)
 
     # Definitions
 
@@ -119,24 +118,22 @@ class WorkflowStore:
         draft: bool,
         input: Any,
     ) -> None:
-        async with self._db.write() as db:
-            db.add(
-                WorkflowExecutionRow(
-                    id=execution_id,
-                    workflow_id=workflow.id,
-                    workflow_version=version,
-                    draft=draft,
-                    definition=definition_json(workflow),
-                    status="running",
-                    input=input,
-                    result=None,
-                    error=None,
-                    created_at=now(),
-                )
+        await self._runs.create(
+            RunRow(
+                id=execution_id,
+                kind="workflow",
+                workflow_id=workflow.id,
+                workflow_version=version,
+                draft=draft,
+                definition=definition_json(workflow),
+                status="running",
+                input=input,
+                created_at=now(),
             )
+        )
 
     async def append_event(self, event: BaseEvent) -> None:
-        await self._db.insert(_event_row(event))  # grouped with other runs' events
+        await self._runs.append(event)
 
     async def finish_execution(
         self,
@@ -148,88 +145,36 @@ class WorkflowStore:
         last_event: BaseEvent,
     ) -> None:
         """Record the outcome with the terminal event: all or nothing."""
-        async with self._db.write() as db:
-            db.add(_event_row(last_event))
-            row = await db.get_one(WorkflowExecutionRow, execution_id)
-            row.status = status
-            row.result = result
-            row.error = error
-            row.finished_at = now()
+        await self._runs.finish(
+            execution_id, status=status, last_event=last_event, error=error, result=result
+        )
 
     async def mark_failed(self, execution_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
-        async with self._db.write() as db:
-            await db.execute(
-                update(WorkflowExecutionRow)
-                .where(
-                    WorkflowExecutionRow.id == execution_id,
-                    WorkflowExecutionRow.status == "running",
-                )
-                .values(status="error", error=error, finished_at=now())
-            )
+        await self._runs.mark_failed(execution_id, error)
 
     async def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        async with self._db.session() as db:
-            row = await db.get(WorkflowExecutionRow, execution_id)
+        """The execution (None for an agent run's id)."""
+        row = await self._runs.get(execution_id, "workflow")
         return None if row is None else _record(row)
 
     async def list_executions(self, workflow_id: str, *, limit: int = 100) -> list[ExecutionRecord]:
         """The newest first."""
         async with self._db.session() as db:
             rows = await db.scalars(
-                select(WorkflowExecutionRow)
-                .where(WorkflowExecutionRow.workflow_id == workflow_id)
-                .order_by(WorkflowExecutionRow.created_at.desc())
+                select(RunRow)
+                .where(RunRow.kind == "workflow", RunRow.workflow_id == workflow_id)
+                .order_by(RunRow.created_at.desc())
                 .limit(limit)
             )
             return [_record(row) for row in rows]
 
     async def execution_events(self, execution_id: str) -> list[Event]:
-        async with self._db.session() as db:
-            rows = await db.scalars(
-                select(WorkflowEventRow.payload)
-                .where(WorkflowEventRow.execution_id == execution_id)
-                .order_by(WorkflowEventRow.seq)
-            )
-            return [EventAdapter.validate_python(payload) for payload in rows]
+        return await self._runs.events(execution_id)
 
     async def interrupt_unfinished(self) -> int:
-        """Executions left ``running`` by a crash can never finish: say so, in the record
-        and with the terminal event a server stopping in good order would have written."""
-        last_seqs = (
-            select(WorkflowExecutionRow.id, func.max(WorkflowEventRow.seq))
-            .outerjoin(WorkflowEventRow, WorkflowEventRow.execution_id == WorkflowExecutionRow.id)
-            .where(WorkflowExecutionRow.status == "running")
-            .group_by(WorkflowExecutionRow.id)
-        )
-        async with self._db.write() as db:
-            unfinished = (await db.execute(last_seqs)).all()
-            for execution_id, last_seq in unfinished:
-                stopped = RunFailed(
-                    run_id=execution_id,
-                    seq=(last_seq or 0) + 1,
-                    ts=time.time(),
-                    status="interrupted",
-                    message=INTERRUPTED,
-                )
-                db.add(_event_row(stopped))
-            await db.execute(
-                update(WorkflowExecutionRow)
-                .where(WorkflowExecutionRow.id.in_([row[0] for row in unfinished]))
-                .values(status="interrupted", error=INTERRUPTED, finished_at=now())
-            )
-        return len(unfinished)
-
-
-def _event_row(event: BaseEvent) -> WorkflowEventRow:
-    payload: dict[str, Any] = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
-    return WorkflowEventRow(
-        execution_id=event.run_id,
-        seq=event.seq,
-        type=payload["type"],
-        ts=event.ts,
-        payload=payload,
-    )
+        """Executions left ``running`` by a crash end as interrupted (``RunStore``)."""
+        return await self._runs.interrupt_unfinished("workflow", INTERRUPTED)
 
 
 def _stored(row: WorkflowRow) -> StoredWorkflow:
@@ -241,7 +186,11 @@ def _stored(row: WorkflowRow) -> StoredWorkflow:
     )
 
 
-def _record(row: WorkflowExecutionRow) -> ExecutionRecord:
+def _record(row: RunRow) -> ExecutionRecord:
+    assert row.kind == "workflow", row.kind
+    assert row.workflow_id is not None
+    assert row.draft is not None
+    assert row.definition is not None
     return ExecutionRecord(
         id=row.id,
         workflow_id=row.workflow_id,

@@ -1,0 +1,163 @@
+"""Runs of both kinds (agent runs, workflow executions) and their persisted events: the one
+place that writes them.
+
+A run is a row of ``runs`` and its events are rows of ``run_events``, whatever the program
+that ran. Writes are few and coarse: the run (with its first event) when it starts, one row
+per persisted event (grouped with other runs' events), and the outcome with its last event
+in one transaction at the end. Token deltas never come here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from sqlalchemy import func, select, update
+
+from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
+from agentstream.providers.base import Message
+from agentstream.store.clock import now
+from agentstream.store.database import Database
+from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
+
+__all__ = ["RunKind", "RunStore", "event_row"]
+
+RunKind = Literal["agent", "workflow"]
+
+
+class RunStore:
+    """Create, append, finish, fail, read and interrupt runs, for both kinds alike."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        run: RunRow,
+        *,
+        first_event: BaseEvent | None = None,
+        session: SessionRow | None = None,
+    ) -> None:
+        """The run with its first event (and the new session it opens): all or nothing,
+        written with whatever else waits to be written."""
+        first = None if first_event is None else event_row(first_event)
+        await self._db.insert(session, run, first)
+
+    async def append(self, event: BaseEvent) -> None:
+        await self._db.insert(event_row(event))  # grouped with other runs' events
+
+    async def finish(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        last_event: BaseEvent,
+        error: str | None = None,
+        content: str | None = None,
+        result: Any = None,
+        usage: Usage | None = None,
+        memory: Sequence[Message] = (),
+    ) -> None:
+        """Record the outcome with the last event (and an agent's exchange in its session):
+        all or nothing. ``usage`` None keeps the counts the run has."""
+        async with self._db.write() as db:
+            db.add(event_row(last_event))
+            run = await db.get_one(RunRow, run_id)
+            run.status = status
+            run.error = error
+            run.content = content
+            run.result = result
+            if usage is not None:
+                run.input_tokens, run.output_tokens = usage.input_tokens, usage.output_tokens
+                run.cost_usd = usage.cost_usd
+            run.paused_state = None
+            run.finished_at = now()
+            if memory:
+                assert run.session_id is not None, "only an agent run has a conversation"
+                db.add_all(_message_row(run.session_id, run_id, m) for m in memory)
+
+    async def mark_failed(self, run_id: str, error: str) -> None:
+        """Just the status of a running run, when recording its whole outcome failed."""
+        async with self._db.write() as db:
+            await db.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status == "running")
+                .values(status="error", error=error, paused_state=None, finished_at=now())
+            )
+
+    async def get(self, run_id: str, kind: RunKind) -> RunRow | None:
+        """The run, if there is one of this kind."""
+        async with self._db.session() as db:
+            return await db.scalar(select(RunRow).where(RunRow.id == run_id, RunRow.kind == kind))
+
+    async def events(self, run_id: str) -> list[Event]:
+        """The run's persisted events, in seq order."""
+        async with self._db.session() as db:
+            rows = await db.scalars(
+                select(RunEventRow.payload)
+                .where(RunEventRow.run_id == run_id)
+                .order_by(RunEventRow.seq)
+            )
+            return [EventAdapter.validate_python(payload) for payload in rows]
+
+    async def last_seq(self, run_id: str) -> int:
+        async with self._db.session() as db:
+            found = await db.scalar(
+                select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
+            )
+        return found or 0
+
+    async def interrupt_unfinished(self, kind: RunKind, message: str) -> int:
+        """Runs of ``kind`` left ``running`` by a crash can never finish: say so, in the
+        record and with the terminal event a server stopping in good order would have
+        written. Runs waiting for approval are not running: they stay paused."""
+        last_seqs = (
+            select(RunRow.id, func.max(RunEventRow.seq))
+            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
+            .where(RunRow.status == "running", RunRow.kind == kind)
+            .group_by(RunRow.id)
+        )
+        async with self._db.write() as db:
+            unfinished = (await db.execute(last_seqs)).all()
+            db.add_all(
+                event_row(
+                    RunFailed(
+                        run_id=run_id,
+                        seq=(last_seq or 0) + 1,
+                        ts=time.time(),
+                        status="interrupted",
+                        message=message,
+                    )
+                )
+                for run_id, last_seq in unfinished
+            )
+            await db.execute(
+                update(RunRow)
+                .where(RunRow.id.in_([run_id for run_id, _ in unfinished]))
+                .values(status="interrupted", error=message, finished_at=now())
+            )
+        return len(unfinished)
+
+
+def event_row(event: BaseEvent) -> RunEventRow:
+    """The row of a persisted event: the one place an event becomes a row."""
+    payload: dict[str, Any] = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
+    return RunEventRow(
+        run_id=event.run_id, seq=event.seq, type=payload["type"], ts=event.ts, payload=payload
+    )
+
+
+def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
+    return MessageRow(
+        session_id=session_id,
+        run_id=run_id,
+        role=message.role,
+        content=message.content,
+        tool_calls=[
+            {"id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in message.tool_calls
+        ],
+        tool_call_id=message.tool_call_id,
+        provider_state=message.provider_state,
+    )
