@@ -34,7 +34,7 @@ from agentstream.knowledge.service import Knowledge
 from agentstream.knowledge.tool import knowledge_search_tool
 from agentstream.providers.base import Model
 from agentstream.providers.registry import ModelRegistry
-from agentstream.runlog import RunLog
+from agentstream.runlog import RunLog, Subscription
 from agentstream.runtime.agent import (
     AgentAnswer,
     AgentState,
@@ -323,6 +323,14 @@ class RunManager:
             return await self.store.delete_session(session_id)
         finally:
             self._release(session_id, hold)
+
+    def subscribe(self, run_id: str, *, after: int = 0) -> Subscription | None:
+        """Follow a run's events (deltas included) from the first with ``seq > after``; None
+        if it is not in this server's log (finished a while ago, or never ran here): its
+        persisted events are in the store."""
+        if run_id not in self.log:
+            return None
+        return self.log.subscribe(run_id, after=after)
 
     def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
         """Stop a live run. Returns the event set once it has ended, or None if the run is
