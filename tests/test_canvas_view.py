@@ -16,7 +16,7 @@ from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.tools import ToolRegistry
-from agentstream.server.frames import encode_events
+from agentstream.server.streams import encode_events
 from agentstream.sse import SSEDecoder
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP
