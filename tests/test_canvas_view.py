@@ -36,7 +36,7 @@ from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.executions import terminal
 from agentstream.runtime.tools import ToolRegistry
-from agentstream.server.frames import encode_events
+from agentstream.server.streams import encode_events
 from agentstream.sse import SSEDecoder
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP

@@ -12,9 +12,8 @@ from agentstream.agents import AgentSpec, AgentUpdate
 from agentstream.errors import Conflict, NotFound
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import event_chunks, native
 from agentstream.server.services import Services, services
-from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.streams import native, stream_started
 from agentstream.server.validation import MessageText
 from agentstream.store.store import StoredAgent
 
@@ -116,14 +115,6 @@ async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
     run = await svc.runs.start(
         agent, body.message, session_id=body.session_id, reasoning=body.wants_reasoning
     )
-    subscription = svc.runs.log.subscribe(run.run_id)
-
-    def cancel() -> None:
-        subscription.close()
-        svc.runs.cancel(run.run_id, "Client cancelled request")
-
-    return EventStreamResponse(
-        event_chunks(subscription, native),
-        keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=cancel,
+    return stream_started(
+        svc.supervisor, run.run_id, native, keepalive=svc.settings.keepalive_seconds
     )

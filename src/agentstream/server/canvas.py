@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi import APIRouter, Body, Depends, Response
 from fastapi.responses import FileResponse
 from pydantic import Field, field_validator
 
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.pages import page
 from agentstream.server.services import Services, services
-from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.workflows import Workflow, parse_workflow
 from agentstream.workflows.definition import Block
@@ -126,18 +125,12 @@ async def execute_draft(
             raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
         workflow, version = stored.workflow, stored.version
     execution_id = await svc.executions.start(workflow, body.input, draft=True, version=version)
-    subscription = svc.supervisor.subscribe(execution_id)
-    assert subscription is not None  # just started: its log is open
     view = CanvasView(workflow_id=workflow_id, policy=canvas_policy(workflow))
-
-    def cancel() -> None:
-        subscription.close()
-        svc.supervisor.cancel(execution_id, "Client cancelled request")
-
-    return EventStreamResponse(
-        event_chunks(subscription, view.frames),
+    return stream_started(
+        svc.supervisor,
+        execution_id,
+        view.frames,
         keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=cancel,
         headers={"X-Execution-Id": execution_id},
     )
 
@@ -149,26 +142,21 @@ async def execute_draft(
     dependencies=Auth,
     tags=["workflows"],
 )
-async def execution_canvas(
-    execution_id: str,
-    svc: Svc,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
-) -> Any:
+async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: live while
     it is in this server's log (deltas included), else its persisted events (replay).
     Disconnecting does not cancel. ``204 No Content`` when there is nothing more."""
     record = await svc.workflows.get_execution(execution_id)
     if record is None:
         raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
-    start = max(after or 0, last_event_id or 0)
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
-    return await follow_or_replay(
-        svc.supervisor.subscribe(execution_id, after=start),
+    return await follow(
+        svc.supervisor,
+        execution_id,
         lambda: svc.workflows.execution_events(execution_id),
         view.frames,
-        after=start,
+        after=after,
         keepalive=svc.settings.keepalive_seconds,
     )
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -24,7 +23,6 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
 from pydantic import BaseModel, Field
-from starlette.types import Receive, Scope, Send
 
 from agentstream.deployments import (
     DeploymentSettings,
@@ -44,12 +42,11 @@ from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
-from agentstream.server.frames import event_chunks
 from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
-from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.streams import stream_started
 from agentstream.server.validation import MessageText
-from agentstream.store.store import DeployedWorkflow, StoredAgent, StoredDeployment
+from agentstream.store.store import StoredAgent, StoredDeployment
 from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
 from agentstream.workflows import parse_workflow
 
@@ -59,6 +56,7 @@ router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
 
 DONE = b'data: "[DONE]"\n\n'
+
 
 logger = logging.getLogger("agentstream.chat")
 
@@ -255,13 +253,32 @@ async def _stream(
         outputs=tuple(settings.outputs),
     )
     conversation_id = conversation_id or uuid.uuid4().hex
+
     try:
-        next_chunk, cancel = (
-            await _run_agent(svc, deployment, target, message, conversation_id, policy)
-            if isinstance(target, StoredAgent)
-            else await _run_workflow(
-                svc, target, settings.output_blocks, message, conversation_id, policy
+        if isinstance(target, StoredAgent):
+            run_id = await _start_agent(svc, deployment, target, message, conversation_id)
+            view = ChatView(
+                policy,
+                output_blocks=[target.spec.id],
+                run_block=target.spec.id,
+                conversation_id=conversation_id,
             )
+        else:  # a workflow keeps no memory: each message runs the pinned version
+            workflow = parse_workflow(target.definition, functions=svc.executions.engine.functions)
+            run_id = await svc.executions.start(workflow, message, version=target.version)
+            view = ChatView(
+                policy, output_blocks=settings.output_blocks, conversation_id=conversation_id
+            )
+        # The run's slot is held until the stream ends, however it ends: the answer is
+        # complete, the run failed or paused, or the client left.
+        return stream_started(
+            svc.supervisor,
+            run_id,
+            view.frames,
+            keepalive=svc.settings.keepalive_seconds,
+            trailer=DONE,
+            headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
+            on_end=release,
         )
     except BaseException as exc:
         release()
@@ -271,13 +288,6 @@ async def _stream(
             logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
             raise ModelUnavailable(UNAVAILABLE) from None
         raise
-    return _RunStream(
-        next_chunk,
-        keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=cancel,
-        headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
-        release=release,
-    )
 
 
 async def _admit(access: ChatAccess, settings: DeploymentSettings, client: str) -> Release:
@@ -296,34 +306,15 @@ async def _admit(access: ChatAccess, settings: DeploymentSettings, client: str) 
     return release
 
 
-class _RunStream(EventStreamResponse):
-    """A chat's stream, holding its run's slot until the stream ends, however it ends: the
-    answer is complete, the run failed or paused, or the client left (which cancels it)."""
-
-    def __init__(self, *args: Any, release: Release, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
-
-
-Started = tuple[Callable[[], Awaitable[bytes | None]], Callable[[], None]]
-"""The stream's ``next_chunk``, and what a disconnect calls."""
-
-
-async def _run_agent(
+async def _start_agent(
     svc: Services,
     deployment: StoredDeployment,
     agent: StoredAgent,
     message: str,
     conversation_id: str,
-    policy: ChatPolicy,
-) -> Started:
-    """A run of the agent in the conversation's session, so it remembers earlier turns."""
+) -> str:
+    """A run of the agent in the conversation's session, so it remembers earlier turns; its
+    id."""
     session_key = f"{deployment.settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
     session_id = "cnv_" + hashlib.sha256(session_key).hexdigest()[:36]
     try:
@@ -339,38 +330,4 @@ async def _run_agent(
         raise Conflict(
             AWAITING_APPROVAL if paused else STILL_ANSWERING, field="conversationId"
         ) from None
-    view = ChatView(
-        policy,
-        output_blocks=[agent.spec.id],
-        run_block=agent.spec.id,
-        conversation_id=conversation_id,
-    )
-    subscription = svc.runs.log.subscribe(run.run_id)
-
-    def cancel() -> None:
-        subscription.close()
-        svc.runs.cancel(run.run_id, "Client cancelled request")
-
-    return event_chunks(subscription, view.frames, trailer=DONE), cancel
-
-
-async def _run_workflow(
-    svc: Services,
-    deployed: DeployedWorkflow,
-    output_blocks: list[str],
-    message: str,
-    conversation_id: str,
-    policy: ChatPolicy,
-) -> Started:
-    """An execution of the pinned workflow on the message (a workflow keeps no memory)."""
-    workflow = parse_workflow(deployed.definition, functions=svc.executions.engine.functions)
-    execution_id = await svc.executions.start(workflow, message, version=deployed.version)
-    subscription = svc.supervisor.subscribe(execution_id)
-    assert subscription is not None  # in the log from the moment it started
-    view = ChatView(policy, output_blocks=output_blocks, conversation_id=conversation_id)
-
-    def cancel() -> None:
-        subscription.close()
-        svc.supervisor.cancel(execution_id, "Client cancelled request")
-
-    return event_chunks(subscription, view.frames, trailer=DONE), cancel
+    return run.run_id

@@ -5,16 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-import anyio
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, Field
 
 from agentstream.errors import Conflict, NotFound
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import follow_or_replay, native, native_replay
 from agentstream.server.services import Services, services
+from agentstream.server.streams import ResumeAfter, follow, native, native_replay, stop
 from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
@@ -199,15 +198,13 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
     in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
     the next message."""
-    done = svc.runs.cancel(run_id)
-    if done is not None:
-        with anyio.move_on_after(10):
-            await done.wait()
-    cancelled_paused = done is None and await svc.runs.cancel_paused(run_id)
+    cancelled = await stop(svc.supervisor, run_id, "Run cancelled") or await svc.runs.cancel_paused(
+        run_id
+    )
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
-    if done is None and not cancelled_paused:
+    if not cancelled:
         raise Conflict(f"Run {run_id!r} has ended (status: {run.status})", field="run_id")
     return {"run_id": run_id, "status": run.status}
 
@@ -217,12 +214,7 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     response_class=Response,
     responses={200: {"content": {"text/event-stream": {}}, "description": "Agent events"}},
 )
-async def resume_stream(
-    run_id: str,
-    svc: Svc,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
-) -> Any:
+async def resume_stream(run_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """Follow a run from after ``Last-Event-ID`` or ``?after=`` (the later of the two: an
     EventSource reconnects to the same URL with the header): live events while the run is in
     this server's log, the persisted ones after that. Disconnecting does not cancel.
@@ -230,19 +222,18 @@ async def resume_stream(
     ``204 No Content`` once a finished run has nothing more, which tells an EventSource to
     stop reconnecting.
     """
-    start = max(after or 0, last_event_id or 0)
-    live = svc.runs.log.subscribe(run_id, after=start) if run_id in svc.runs.log else None
 
     async def persisted() -> list[Event]:
         if await svc.store.get_run(run_id) is None:
             raise NotFound(f"No run {run_id!r}", field="run_id")
         return await svc.store.run_events(run_id)
 
-    return await follow_or_replay(
-        live,
+    return await follow(
+        svc.supervisor,
+        run_id,
         persisted,
         native,
         replay=native_replay,
-        after=start,
+        after=after,
         keepalive=svc.settings.keepalive_seconds,
     )

@@ -7,7 +7,7 @@ us the client left; this response can. Headers follow what proxies need to not b
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 from starlette.responses import Response
@@ -31,7 +31,8 @@ class EventStreamResponse(Response):
 
     Three tasks race: the stream, a keepalive ticker that sends a comment once the
     stream has been silent for ``keepalive`` seconds, and a watcher of the client's
-    disconnect, which cancels the others and calls ``on_disconnect``.
+    disconnect, which cancels the others and calls ``on_disconnect``. ``on_end`` is called
+    once the response is over, however it ended.
     """
 
     def __init__(
@@ -40,11 +41,13 @@ class EventStreamResponse(Response):
         *,
         keepalive: float,
         on_disconnect: Callable[[], object] | None = None,
-        headers: dict[str, str] | None = None,
+        on_end: Callable[[], object] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._next_chunk = next_chunk
         self._keepalive = keepalive
         self._on_disconnect = on_disconnect
+        self._on_end = on_end
         self._last_sent = 0.0
         self.status_code = 200
         self.background = None
@@ -52,6 +55,13 @@ class EventStreamResponse(Response):
         self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._stream(receive, send)
+        finally:
+            if self._on_end is not None:
+                self._on_end()
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         self._last_sent = time.monotonic()
         disconnected = False

@@ -6,17 +6,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-import anyio
-from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi import APIRouter, Body, Depends, Response
 from pydantic import BaseModel
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.frames import event_chunks, follow_or_replay
 from agentstream.server.services import Services, services
-from agentstream.server.streaming import EventStreamResponse
+from agentstream.server.streams import ResumeAfter, follow, stop, stream_started
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
 from agentstream.workflows import Workflow, parse_workflow
@@ -165,17 +163,11 @@ async def run_stream(
     execution_id = await svc.executions.start(
         stored.workflow, (body or RunIn()).input, version=stored.version
     )
-    subscription = svc.supervisor.subscribe(execution_id)
-    assert subscription is not None  # just started: its log is open
-
-    def cancel() -> None:
-        subscription.close()
-        svc.supervisor.cancel(execution_id, "Client cancelled request")
-
-    return EventStreamResponse(
-        event_chunks(subscription, frames),
+    return stream_started(
+        svc.supervisor,
+        execution_id,
+        frames,
         keepalive=svc.settings.keepalive_seconds,
-        on_disconnect=cancel,
         headers={"X-Execution-Id": execution_id},
     )
 
@@ -200,27 +192,22 @@ async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
 
 
 @router.get("/executions/{execution_id}/stream", response_class=Response, responses=SSE_RESPONSE)
-async def follow_execution(
-    execution_id: str,
-    svc: Svc,
-    after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
-) -> Any:
+async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """Follow an execution from after ``Last-Event-ID`` or ``?after=`` (the later of the
     two): live events (deltas included) while it is in this server's log, else a replay of
     its persisted events. Disconnecting does not cancel. ``204 No Content`` when a finished
     execution has nothing more, which tells an EventSource to stop reconnecting."""
-    start = max(after or 0, last_event_id or 0)
 
     async def persisted() -> list[Event]:
         await _record_or_404(svc, execution_id)
         return await svc.workflows.execution_events(execution_id)
 
-    return await follow_or_replay(
-        svc.supervisor.subscribe(execution_id, after=start),
+    return await follow(
+        svc.supervisor,
+        execution_id,
         persisted,
         frames,
-        after=start,
+        after=after,
         keepalive=svc.settings.keepalive_seconds,
     )
 
@@ -229,12 +216,9 @@ async def follow_execution(
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
-    done = svc.supervisor.cancel(execution_id, "Execution cancelled")
-    if done is not None:
-        with anyio.move_on_after(10):
-            await done.wait()
+    cancelled = await stop(svc.supervisor, execution_id, "Execution cancelled")
     record = await _record_or_404(svc, execution_id)
-    if done is None:
+    if not cancelled:
         raise Conflict(
             f"Workflow execution {execution_id!r} has ended (status: {record.status})",
             field="execution_id",

@@ -1,0 +1,220 @@
+"""Runs over SSE, the same way on every surface: the stream of a run just started, following
+or replaying a run from where a client left off, and cancelling one. Routers bring what
+differs (how to start, which view, where the stored events are); whatever supervises runs
+(``runtime.supervisor.Supervisor``) only needs to be ``Runs``.
+
+A stream started by a POST belongs to its client: when the client leaves (or presses Stop),
+the run is cancelled with ``CLIENT_CANCELLED``. It is exactly ``data: <json>`` frames (and
+keepalive comments): the reference chat client, and the common parser that splits on blank
+lines and keeps the parts starting with ``data: ``, drop any frame that begins with another
+field. Where a client resumes from travels inside the frames instead (``seq`` on native
+frames, ``eventId`` on canvas ones). A GET follow only watches (leaving unsubscribes) and
+also sends ``id: <seq>`` lines, which an EventSource sends back as ``Last-Event-ID`` when it
+reconnects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Annotated, Any, Protocol
+
+import anyio
+from fastapi import Depends, Header, Query
+from starlette.responses import Response
+
+from agentstream import sse
+from agentstream.events import Event
+from agentstream.runlog import LogSubscription
+from agentstream.server.streaming import EventStreamResponse
+from agentstream.views.native import frame
+
+__all__ = [
+    "CLIENT_CANCELLED",
+    "Render",
+    "ResumeAfter",
+    "Runs",
+    "encode_events",
+    "follow",
+    "native",
+    "native_replay",
+    "stop",
+    "stream_started",
+]
+
+Render = Callable[[Event], Iterable[dict[str, Any]]]
+"""A view: the frames one event becomes on a surface (often none or one)."""
+
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+"""One encoder for every frame: ``json.dumps`` with options builds a new one per call.
+Never a bare ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it)."""
+
+CLIENT_CANCELLED = "Client cancelled request"
+"""Why a run ended when the client of its POST stream left."""
+
+STOP_WAIT = 10.0
+"""How long a cancel request waits for the run to record its ending."""
+
+
+class Runs(Protocol):
+    """What streaming needs of whatever supervises runs (agent runs, workflow executions)."""
+
+    def subscribe(self, run_id: str, /, *, after: int = 0) -> LogSubscription | None:
+        """The run's events from the first with ``seq > after``; None if it is not in this
+        server's live log (its persisted events are in the store)."""
+
+    def cancel(self, run_id: str, reason: str, /) -> anyio.Event | None:
+        """Stop a live run: the event set once it has ended, or None if it is not live here."""
+
+
+def stream_started(
+    runs: Runs,
+    run_id: str,
+    render: Render,
+    *,
+    keepalive: float,
+    trailer: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+    on_end: Callable[[], object] | None = None,
+) -> EventStreamResponse:
+    """The stream of a run just started, from its first event: ``data:`` lines only, then
+    ``trailer``. Disconnecting cancels the run. ``on_end`` as in ``EventStreamResponse``."""
+    subscription = runs.subscribe(run_id)
+    assert subscription is not None  # just started: its log is open
+
+    def cancel() -> None:
+        subscription.close()
+        runs.cancel(run_id, CLIENT_CANCELLED)
+
+    return EventStreamResponse(
+        _chunks(subscription, render, trailer=trailer),
+        keepalive=keepalive,
+        on_disconnect=cancel,
+        on_end=on_end,
+        headers=headers,
+    )
+
+
+def _resume_after(
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+) -> int:
+    """The later of ``?after=`` and ``Last-Event-ID``: an EventSource reconnects to the same
+    URL with the header."""
+    return max(after or 0, last_event_id or 0)
+
+
+ResumeAfter = Annotated[int, Depends(_resume_after)]
+"""A follow endpoint's parameter: the seq the client has seen up to."""
+
+
+async def follow(
+    runs: Runs,
+    run_id: str,
+    persisted: Callable[[], Awaitable[Sequence[Event]]],
+    render: Render,
+    *,
+    after: int,
+    keepalive: float,
+    replay: Render | None = None,
+) -> Response:
+    """The stream of a run from the first event with ``seq > after``, each frame with
+    ``id: <seq>``: the persisted events the live log does not hold, then the log's, live.
+    ``persisted`` reads the stored events in order, raising if there is no such run.
+    ``render`` shows the log's events, ``replay`` (default: ``render``) the stored ones.
+    Disconnecting only unsubscribes. ``204 No Content`` when there is nothing more, which
+    tells an EventSource to stop reconnecting."""
+    replay = replay or render
+    live = runs.subscribe(run_id, after=after)
+    pending = b""
+    try:
+        if live is None or after < live.starts_after:  # stored events before the log's part
+            until = live.starts_after if live is not None else None
+            before = [
+                e for e in await persisted() if after < e.seq and (until is None or e.seq <= until)
+            ]
+            pending += encode_events(before, replay, ids=True)
+        if live is not None and live.ended:
+            # The log's part is over: read the rest of it, then whatever the store has after
+            # it (a paused run may have been cancelled since).
+            tail = await live.next_batch()
+            pending += encode_events(tail, render, ids=True)
+            read_up_to = tail[-1].seq if tail else max(after, live.starts_after)
+            live.close()
+            live = None
+            rest = [e for e in await persisted() if e.seq > read_up_to]
+            pending += encode_events(rest, replay, ids=True)
+    except BaseException:
+        if live is not None:
+            live.close()
+        raise
+    if not pending and live is None:
+        return Response(status_code=204)
+    following = _chunks(live, render, ids=True) if live is not None else None
+
+    async def next_chunk() -> bytes | None:
+        nonlocal pending
+        if pending:
+            chunk, pending = pending, b""
+            return chunk
+        return await following() if following is not None else None
+
+    return EventStreamResponse(
+        next_chunk, keepalive=keepalive, on_disconnect=live.close if live is not None else None
+    )
+
+
+async def stop(runs: Runs, run_id: str, reason: str) -> bool:
+    """Cancel a live run and wait (up to ``STOP_WAIT``) until it has recorded its ending;
+    False if it is not live here."""
+    done = runs.cancel(run_id, reason)
+    if done is None:
+        return False
+    with anyio.move_on_after(STOP_WAIT):
+        await done.wait()
+    return True
+
+
+def _chunks(
+    subscription: LogSubscription,
+    render: Render,
+    *,
+    trailer: bytes = b"",
+    ids: bool = False,
+) -> Callable[[], Awaitable[bytes | None]]:
+    """A ``next_chunk`` for ``EventStreamResponse``; ``trailer`` goes out after the run's
+    last event, then None ends the response. ``ids`` as in ``encode_events``."""
+    pending_trailer = trailer
+
+    async def next_chunk() -> bytes | None:
+        nonlocal pending_trailer
+        while batch := await subscription.next_batch():
+            if chunk := encode_events(batch, render, ids=ids):
+                return chunk
+        subscription.close()
+        chunk, pending_trailer = pending_trailer, b""
+        return chunk or None
+
+    return next_chunk
+
+
+def native(event: Event) -> Iterable[dict[str, Any]]:
+    """The native frames of an event read from the live log."""
+    shown = frame(event, live=True)
+    return () if shown is None else (shown,)
+
+
+def native_replay(event: Event) -> Iterable[dict[str, Any]]:
+    """The native frames of an event read from the store, where no deltas are."""
+    shown = frame(event)
+    return () if shown is None else (shown,)
+
+
+def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False) -> bytes:
+    """The SSE text of the frames the events become: one ``data:`` line each, after an
+    ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only)."""
+    return "".join(
+        sse.encode(_to_json(data), id=event.seq if ids else None)
+        for event in events
+        for data in render(event)
+    ).encode()

@@ -1,0 +1,193 @@
+"""Every surface streams a run the same way, over real HTTP: a stream started by a POST
+belongs to its client, so hanging up cancels the run ("Client cancelled request") and gives
+a chat's in-flight slot back; a GET follow only watches, so hanging up leaves the run going.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agentstream.agents import AgentSpec
+from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.tools import Tool
+from conftest import (
+    LiveServer,
+    call_wait_then_answer,
+    latest_run_id,
+    make_settings,
+    serve,
+    wait,
+    wait_until,
+)
+
+CHAT = {"X-Sim-Stream-Protocol": "agent-events-v1"}
+
+WAITS = {
+    "id": "waits",
+    "blocks": [
+        {"id": "start", "type": "start"},
+        {"id": "slow", "type": "agent", "agent": "waiter", "input": "go"},
+    ],
+    "edges": [{"from": "start", "to": "slow"}],
+}
+"""A workflow whose one block waits on a slow tool: live until cancelled."""
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with serve(
+        make_settings(tmp_path_factory.mktemp("streams")),
+        tools=[Tool.from_function(wait)],
+        models=[ScriptedModel("waiter", call_wait_then_answer)],
+        agents=[AgentSpec(id="waiter", model="waiter", tools=["wait"])],
+    ) as server:
+        with server.client() as admin:
+            admin.post("/api/workflows", json=WAITS).raise_for_status()
+            for target in (
+                {"agent_id": "waiter"},
+                {"workflow_id": "waits", "output_blocks": ["slow"]},
+            ):
+                slug = "agent-chat" if "agent_id" in target else "workflow-chat"
+                deployment = {"slug": slug, "concurrent_runs_per_client": 1, **target}
+                admin.post("/api/chat-deployments", json=deployment).raise_for_status()
+        yield server
+
+
+Ending = tuple[str, str | None]
+"""A run's (or execution's) status and error."""
+
+
+def run_ending(live: LiveServer, run_id: str) -> Ending:
+    with live.client() as client:
+        run = client.get(f"/api/agents/runs/{run_id}").json()
+    return run["status"], run["error"]
+
+
+def execution_ending(live: LiveServer, execution_id: str) -> Ending:
+    with live.client() as client:
+        record = client.get(f"/api/workflows/executions/{execution_id}").json()
+    return record["status"], record["error"]
+
+
+def newest_execution(live: LiveServer) -> str:
+    with live.client() as client:
+        newest: str = client.get("/api/workflows/waits/executions").json()[0]["id"]
+    return newest
+
+
+def started(response: httpx.Response) -> tuple[Iterator[bytes], bytes]:
+    """The stream's chunks, and its first: by then the run is going. Dropping the iterator
+    hangs up."""
+    assert response.status_code == 200, response.read()
+    chunks = response.iter_bytes()
+    return chunks, next(chunks)
+
+
+Surface = tuple[str, dict[str, Any], dict[str, str], Callable[[LiveServer, httpx.Response], Ending]]
+
+POSTS: dict[str, Surface] = {
+    "native agent": (
+        "/api/agents/waiter/run/stream",
+        {"message": "go"},
+        {},
+        lambda live, _: run_ending(live, latest_run_id(live, "waiter")),
+    ),
+    "native workflow": (
+        "/api/workflows/waits/run/stream",
+        {},
+        {},
+        lambda live, response: execution_ending(live, response.headers["x-execution-id"]),
+    ),
+    "canvas": (
+        "/api/workflows/waits/execute",
+        {},
+        {},
+        lambda live, response: execution_ending(live, response.headers["x-execution-id"]),
+    ),
+    "agent chat": (
+        "/api/chat/agent-chat",
+        {"input": "go"},
+        CHAT,
+        lambda live, _: run_ending(live, latest_run_id(live, "waiter")),
+    ),
+    "workflow chat": (
+        "/api/chat/workflow-chat",
+        {"input": "go"},
+        CHAT,
+        lambda live, _: execution_ending(live, newest_execution(live)),
+    ),
+}
+
+
+@pytest.mark.parametrize("surface", list(POSTS))
+def test_hanging_up_a_post_stream_cancels_its_run(live: LiveServer, surface: str) -> None:
+    path, body, headers, ending = POSTS[surface]
+    with live.client() as client, client.stream("POST", path, json=body, headers=headers) as sent:
+        started(sent)
+        response = sent
+
+    wait_until(lambda: ending(live, response)[0] != "running")
+    assert ending(live, response) == ("cancelled", "Client cancelled request")
+
+
+@pytest.mark.parametrize("slug", ["agent-chat", "workflow-chat"])
+def test_hanging_up_gives_the_chats_slot_back(live: LiveServer, slug: str) -> None:
+    path, body, headers, ending = POSTS[slug.replace("-", " ")]
+    with live.client() as client:
+        with client.stream("POST", path, json=body, headers=headers) as first:
+            _held, _ = started(first)  # held: dropping the iterator would hang up
+            refused = client.post(path, json=body, headers=headers)
+        wait_until(lambda: ending(live, first)[0] != "running")
+        with client.stream("POST", path, json=body, headers=headers) as again:
+            started(again)
+        wait_until(lambda: ending(live, again)[0] != "running")
+
+    assert refused.status_code == 429, "one answer at a time for this client"
+    assert again.status_code == 200
+
+
+FOLLOWS = {
+    "native agent": (
+        "/api/agents/waiter/run/stream",
+        {"message": "go"},
+        "/api/agents/runs/{}/stream",
+        "/api/agents/runs/{}/cancel",
+        "Run cancelled",
+    ),
+    "native workflow": (
+        "/api/workflows/waits/run/stream",
+        {},
+        "/api/workflows/executions/{}/stream",
+        "/api/workflows/executions/{}/cancel",
+        "Execution cancelled",
+    ),
+    "canvas": (
+        "/api/workflows/waits/run/stream",
+        {},
+        "/api/workflows/executions/{}/canvas",
+        "/api/workflows/executions/{}/cancel",
+        "Execution cancelled",
+    ),
+}
+
+
+@pytest.mark.parametrize("surface", list(FOLLOWS))
+def test_hanging_up_a_follow_leaves_the_run_going(live: LiveServer, surface: str) -> None:
+    path, body, follow, cancel, reason = FOLLOWS[surface]
+    with live.client() as client, client.stream("POST", path, json=body) as sent:
+        chunks, first = started(sent)
+        run_id = sent.headers.get("x-execution-id") or latest_run_id(live, "waiter")
+        with client.stream("GET", follow.format(run_id)) as follower:
+            _, replayed = started(follower)
+        cancelled = client.post(cancel.format(run_id))
+        rest = b"".join(chunks)
+
+    assert replayed.startswith(b"id: 1\n")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled"
+    assert b"Client cancelled request" not in first + rest
+    assert f'"{reason}"'.encode() in rest, "ended by the cancel endpoint, not by the follower"
