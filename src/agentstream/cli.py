@@ -755,7 +755,7 @@ def delete_deployment(
 @app.command()
 def models(url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False) -> None:
     """The model registry: provider, context, prices, capabilities, and whether each model
-    can run on the server (its provider's key is set)."""
+    can run on the server (its provider's key is set; a local server answers)."""
     with _friendly_errors(), Client(url, key) as client:
         listed: list[dict[str, Any]] = client.request("GET", "/api/models")
     if as_json:
@@ -771,8 +771,8 @@ def models(url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False) -> No
             item["provider_label"],
             f"{m['context_window']:,}" if m["context_window"] else "—",
             *price,
-            "yes" if caps["tools"] else "no",
-            caps["thinking"],
+            "?" if caps is None else "yes" if caps["tools"] else "no",
+            "?" if caps is None else caps["thinking"],
             "[green]yes[/]" if item["available"] else f"[dim]{item['unavailable_reason']}[/]",
         )
     Console().print(table)
