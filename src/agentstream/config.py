@@ -15,6 +15,12 @@ from agentstream.datadir import open_private, private_directory
 
 __all__ = ["Settings", "write_private"]
 
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTSTREAM_", env_file=".env", extra="ignore")
@@ -28,7 +34,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".agentstream")
     """Where the SQLite database and the demo key live."""
     database_url: str | None = None
-    """SQLAlchemy async URL, e.g. ``postgresql+asyncpg://user@host/db``.
+    """A database URL, e.g. ``postgresql://user@host/db``; the async driver is chosen for
+    you (``postgresql://`` and ``postgres://`` use asyncpg, ``sqlite:///`` aiosqlite), and
+    a URL that names its driver (``postgresql+asyncpg://``) is kept as it is.
 
     Default: SQLite in ``data_dir``."""
     agents_file: Path | None = None
@@ -69,6 +77,15 @@ class Settings(BaseSettings):
         if isinstance(value, list):
             return [str(ip_network(str(entry), strict=False)) for entry in value]
         return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str | None) -> str | None:
+        """The async driver for a URL that names none: what people write just works."""
+        if value is None:
+            return None
+        scheme, sep, rest = value.partition("://")
+        return f"{_ASYNC_DRIVERS.get(scheme.lower(), scheme)}{sep}{rest}"
 
     @property
     def database(self) -> str:
