@@ -6,12 +6,13 @@ import os
 import secrets
 from ipaddress import ip_network
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentstream.datadir import open_private, private_directory
+from agentstream.errors import ConfigError
 
 __all__ = ["Settings", "write_private"]
 
@@ -67,6 +68,21 @@ class Settings(BaseSettings):
     """Timeout of one provider request, as the provider's SDK applies it."""
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Settings:
+        """From the environment, with the ``overrides`` that are not None on top (command
+        flags). A bad value is a ``ConfigError``: one line per value, naming its variable."""
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            raise ConfigError(
+                "\n".join(
+                    f"AGENTSTREAM_{str(error['loc'][0]).upper()}: {error['msg']}"
+                    f" (got {error['input']!r})"
+                    for error in exc.errors()
+                )
+            ) from None
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
