@@ -20,7 +20,7 @@ from pathlib import Path
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
+from alembic.script.revision import RevisionError
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
@@ -196,7 +196,7 @@ async def inspect_database(url: str) -> DatabaseState:
         agents = [a.spec for a in await Store(engine).list_agents()] if current else []
     except (OSError, DBAPIError) as exc:
         raise ConfigError(_unreachable(exc, parsed, where)) from exc
-    except CommandError as exc:
+    except RevisionError as exc:
         raise ConfigError(
             f"{where}: the database is at migration {revision}, which this version of"
             " agentstream does not know (was it made by a newer one?)"
