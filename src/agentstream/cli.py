@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +32,7 @@ from agentstream.views import native
 from agentstream.views.native import NativeFrame
 
 if TYPE_CHECKING:
-    from agentstream.server.checks import DatabaseState, Problem
+    from agentstream.server.checks import DatabaseState, Problem, Report
     from agentstream.store import Store
 
 __all__ = ["StreamRenderer", "app"]
@@ -413,10 +413,7 @@ def serve(
         trusted_proxies=trusted_proxies,
     )
     report = Report()
-    asyncio.run(check_declared(settings, report))
-    _show_problems(report.problems, debug=debug, serving=True)
-    if report.blocking:
-        raise typer.Exit(1)
+    _serve_check(check_declared(settings, report), report, debug=debug)
     logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
     if not logger.handlers:
         handler = logging.StreamHandler()
@@ -426,17 +423,23 @@ def serve(
     url = f"http://{settings.host}:{settings.port}"
     try:
         with claim(settings) as listener:  # before anything reads or changes data
-            database = Report(agents=report.agents)
-            asyncio.run(check_database(settings, database))
-            _show_problems(database.problems, debug=debug, serving=True)
-            if database.blocking or database.database is None:
-                raise typer.Exit(1)
-            _banner(settings, url, database.database)
+            _serve_check(check_database(settings, report), report, debug=debug)
+            assert report.database is not None
+            _banner(settings, url, report.database)
             started = run(create_app(settings), settings, listener)
     except ServeRefused as exc:
         _fail(str(exc))
     if not started:
         raise typer.Exit(3)
+
+
+def _serve_check(step: Coroutine[Any, Any, None], report: Report, *, debug: bool) -> None:
+    """Run one step of the checks; show the problems it found; stop if one is blocking."""
+    shown = len(report.problems)
+    asyncio.run(step)
+    _show_problems(report.problems[shown:], debug=debug, serving=True)
+    if report.blocking:
+        raise typer.Exit(1)
 
 
 def _banner(settings: Settings, url: str, database: DatabaseState) -> None:
