@@ -157,6 +157,67 @@ def test_keys_create_prints_a_working_key(server: LiveServer) -> None:
         assert http.get("/api/agents", headers={"apikey": key + "x"}).status_code == 401
 
 
+def test_keys_create_makes_a_new_database_only_when_asked(tmp_path: Path) -> None:
+    database = tmp_path / "elsewhere" / "agentstream.db"
+    refused = invoke("keys", "create", "ci", "--data-dir", str(database.parent))
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        f"No agentstream data in {database}: run this where the server keeps its data, or pass"
+        " --data-dir or --database-url, or --create to start a new one.\n"
+    )
+    assert not database.parent.exists()
+    created = invoke("keys", "create", "ci", "--data-dir", str(database.parent), "--create")
+    assert created.exit_code == 0, created.output
+    assert created.stderr.splitlines()[0] == f"data: {database} (new)"
+    assert database.exists()
+
+
+def test_keys_list_shows_no_key_and_a_revoked_key_stops_working_at_once(
+    server: LiveServer,
+) -> None:
+    data_dir = ("--data-dir", str(server.settings.data_dir))
+    key = invoke("keys", "create", "ci", *data_dir).stdout.strip()
+    with httpx.Client(base_url=server.url) as http:
+        assert http.get("/api/agents", headers={"apikey": key}).status_code == 200
+
+        listed = invoke("keys", "list", *data_dir)
+        assert listed.exit_code == 0, listed.output
+        assert listed.stderr == f"data: {server.settings.data_dir / 'agentstream.db'}\n"
+        rows = [line.split("│")[1:-1] for line in listed.stdout.splitlines() if "│" in line]
+        assert "┃ id ┃ name ┃ created" in listed.stdout
+        assert [[cell.strip() for cell in row[:2]] for row in rows] == [
+            ["1", "demo"],
+            ["2", "ci"],
+        ]
+        assert key not in listed.output
+        assert server.key not in listed.output
+
+        revoked = invoke("keys", "revoke", "ci", *data_dir)
+        assert revoked.exit_code == 0, revoked.output
+        assert revoked.stdout == "Revoked API key 2 ('ci').\n"
+        assert http.get("/api/agents", headers={"apikey": key}).status_code == 401
+        assert http.get("/api/agents", headers={"apikey": server.key}).status_code == 200
+
+
+def test_keys_revoke_by_id_when_names_are_shared(server: LiveServer) -> None:
+    data_dir = ("--data-dir", str(server.settings.data_dir))
+    first, second = (invoke("keys", "create", "ci", *data_dir).stdout.strip() for _ in "12")
+    ambiguous = invoke("keys", "revoke", "ci", *data_dir)
+    assert ambiguous.exit_code == 1
+    assert ambiguous.stderr.splitlines()[-1] == (
+        "2 keys are named 'ci' (ids 2, 3): revoke one by its id."
+    )
+    assert invoke("keys", "revoke", "3", *data_dir).exit_code == 0
+    unknown = invoke("keys", "revoke", "3", *data_dir)
+    assert unknown.exit_code == 1
+    assert unknown.stderr.splitlines()[-1] == (
+        "No API key '3' (an id or a name from `agentstream keys list`)."
+    )
+    with httpx.Client(base_url=server.url) as http:
+        assert http.get("/api/agents", headers={"apikey": first}).status_code == 200
+        assert http.get("/api/agents", headers={"apikey": second}).status_code == 401
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

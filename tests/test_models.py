@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,9 +11,11 @@ from agentstream.agents import AgentSpec
 from agentstream.events import Usage
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart, UsagePart
 from agentstream.providers.catalog import Catalog, capability_table, load_catalog
+from agentstream.providers.reachability import Reachability
 from agentstream.providers.registry import ModelRegistry
 from agentstream.providers.scripted import ScriptedModel
-from conftest import LiveServer, make_settings, serve, stream_frames
+from conftest import LiveServer, free_port, make_settings, serve, stream_frames
+from fakes.openai import FakeOpenAI, chat_text
 
 DOCS = Path(__file__).parents[1] / "docs" / "models.md"
 
@@ -149,3 +152,108 @@ def test_closing_the_registry_closes_the_clients_it_made(
     assert not any(c.is_closed() for c in clients)
     anyio.run(registry.aclose)
     assert all(c.is_closed() for c in clients)
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "api_model"),
+    [
+        ("openai:gpt-4o", "openai", "gpt-4o"),
+        ("anthropic:claude-3-5-sonnet-latest", "anthropic", "claude-3-5-sonnet-latest"),
+        ("google:gemini-2.0-flash", "gemini", "gemini-2.0-flash"),
+        ("gemini:gemini-2.0-flash", "gemini", "gemini-2.0-flash"),
+        ("groq:llama-3.1-8b-instant", "groq", "llama-3.1-8b-instant"),
+        ("openrouter:meta-llama/llama-3.3-70b", "openrouter", "meta-llama/llama-3.3-70b"),
+        ("ollama:llama3.2:3b", "ollama", "llama3.2:3b"),
+        ("ollama/mistral", "ollama", "mistral"),
+        ("vllm:Qwen/Qwen2.5-7B-Instruct", "vllm", "Qwen/Qwen2.5-7B-Instruct"),
+        ("lmstudio:qwen2.5-7b-instruct", "lmstudio", "qwen2.5-7b-instruct"),
+    ],
+)
+def test_provider_model_names_need_no_catalog_entry(
+    name: str, provider: str, api_model: str
+) -> None:
+    registry = ModelRegistry(load_catalog())
+    assert name in registry
+    info = registry.info(name)
+    assert (info.name, info.provider, info.provider_model) == (name, provider, api_model)
+    assert info.capabilities is None, "unknown, not guessed"
+    assert info.priced(Usage(input_tokens=10, output_tokens=5)).cost_usd is None
+
+
+def test_a_provider_model_the_catalog_lists_keeps_its_entry() -> None:
+    registry = ModelRegistry(load_catalog())
+    info = registry.info("openai:gpt-4.1")
+    assert (info.name, info.input_price, info.output_price) == ("openai:gpt-4.1", 2.0, 8.0)
+    assert info.capabilities is not None
+    assert info.capabilities.tools
+
+
+@pytest.mark.parametrize("name", ["gpt-9-ultra", "nowhere:model", "offline:x", "openai:"])
+def test_other_names_are_still_unknown(name: str) -> None:
+    assert name not in ModelRegistry(load_catalog())
+
+
+@pytest.mark.parametrize(
+    ("model", "base_url_env", "key_env"),
+    [
+        ("vllm:my-model", "VLLM_BASE_URL", None),
+        ("openai:gpt-4o", "OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    ],
+)
+def test_a_provider_model_agent_runs_through_the_official_sdk(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    base_url_env: str,
+    key_env: str | None,
+) -> None:
+    fake = FakeOpenAI(chat_text("Hello", " there.", usage=(12, 3)))
+    with fake.serve() as base_url:
+        monkeypatch.setenv(base_url_env, base_url)
+        if key_env:
+            monkeypatch.setenv(key_env, "sk-test")
+        agents = [AgentSpec(id="beyond", model=model)]
+        with serve(make_settings(tmp_path), agents=agents) as live:
+            _, frames = stream_frames(live, "beyond", {"message": "hi"})
+    assert frames[-1]["event"] == "complete"
+    assert frames[-1]["content"] == "Hello there."
+    assert frames[-1]["usage"] == {
+        "input_tokens": 12,
+        "output_tokens": 3,
+        "total_tokens": 15,
+        "cost_usd": None,
+    }
+    assert fake.received[0][0] == "/v1/chat/completions"
+    assert fake.bodies[0]["model"] == model.partition(":")[2]
+
+
+def test_a_local_server_is_ready_only_when_something_listens(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ollama() -> dict[str, Any]:
+        with server.client() as client:
+            listed = {m["model"]["name"]: m for m in client.get("/api/models").json()}
+        return dict(listed["ollama/llama3.1"])
+
+    with FakeOpenAI().serve() as base_url:
+        monkeypatch.setenv("OLLAMA_BASE_URL", base_url)
+        assert (ollama()["available"], ollama()["unavailable_reason"]) == (True, None)
+    nothing = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("OLLAMA_BASE_URL", nothing)
+    assert ollama()["available"] is False
+    assert ollama()["unavailable_reason"] == (
+        f"Nothing answers at {nothing} (Ollama (local)): start it, or set OLLAMA_BASE_URL"
+    )
+
+
+def test_reachability_is_remembered_briefly() -> None:
+    import anyio
+
+    async def answers(ttl: float) -> tuple[bool, bool]:
+        reachability = Reachability(ttl=ttl)
+        with FakeOpenAI().serve() as base_url:
+            first = await reachability.answers(base_url)
+        return first, await reachability.answers(base_url)
+
+    assert anyio.run(answers, 60.0) == (True, True), "remembered within the ttl"
+    assert anyio.run(answers, 0.0) == (True, False), "tried again after it"

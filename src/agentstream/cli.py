@@ -1,6 +1,6 @@
-"""The ``agentstream`` command: serve the API, chat with an agent, run one message, approve
-or deny the tool calls a run waits for, replay a stored run, create API keys. Streams render
-live through one `StreamRenderer`.
+"""The ``agentstream`` command: check a configuration and serve the API, chat with an agent,
+run one message, approve or deny the tool calls a run waits for, replay a stored run,
+manage API keys. Streams render live through one `StreamRenderer`.
 """
 
 from __future__ import annotations
@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 from urllib.parse import quote
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -24,6 +23,7 @@ from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
+from rich.traceback import Traceback
 
 from agentstream.client import DEFAULT_URL, Client, RunAccumulator, RunResult, parse_frame
 from agentstream.config import Settings
@@ -31,7 +31,13 @@ from agentstream.errors import APIStatusError, ClientError, ConfigError, ServeRe
 from agentstream.views import native
 from agentstream.views.native import NativeFrame
 
+if TYPE_CHECKING:
+    from agentstream.server.checks import DatabaseState, Problem, Report
+    from agentstream.store import Store
+
 __all__ = ["StreamRenderer", "app"]
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="agentstream",
@@ -179,9 +185,58 @@ def _friendly_errors() -> Iterator[None]:
 def _settings(**overrides: Any) -> Settings:
     """Settings from the environment, with the flags that were given on top."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        _fail(f"Invalid settings: {exc}")
+        return Settings.load(**overrides)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def _show_problems(problems: Iterable[Problem], *, debug: bool, serving: bool) -> None:
+    """Each problem as its line or two, in red; when ``serving``, those that do not stop the
+    server as yellow warnings. With ``debug``, the traceback of what caused each."""
+    console = Console(stderr=True, highlight=False)
+    for problem in problems:
+        if problem.blocking or not serving:
+            console.print(Text(problem.message, style="red"), soft_wrap=True)
+        else:
+            console.print(Text(f"warning: {problem.message}", style="yellow"), soft_wrap=True)
+        if debug and problem.cause is not None:
+            console.print(
+                Traceback.from_exception(
+                    type(problem.cause), problem.cause, problem.cause.__traceback__
+                )
+            )
+
+
+def _with_store(
+    settings: Settings, use: Callable[[Store], Awaitable[T]], *, create: bool | None
+) -> T:
+    """Run ``use`` on the settings' store, after saying (on stderr) which database it is.
+    A database with no agentstream data is made only with ``create`` (None: this command
+    has nothing to do in a new one)."""
+    from agentstream.server.checks import inspect_database
+    from agentstream.store import Store
+
+    async def run() -> T:
+        try:
+            state = await inspect_database(settings.database)
+        except ConfigError as exc:
+            _fail(str(exc))
+        if state.new and not create:
+            how = ", or --create to start a new one" if create is not None else ""
+            _fail(
+                f"No agentstream data in {state.where}: run this where the server keeps its"
+                f" data, or pass --data-dir or --database-url{how}."
+            )
+        Console(stderr=True, highlight=False).print(
+            f"[dim]data: {escape(state.where)}{' (new)' if state.new else ''}[/]", soft_wrap=True
+        )
+        store = await Store.open(settings.database)
+        try:
+            return await use(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,30 +366,41 @@ DatabaseUrl = Annotated[str | None, typer.Option(help="SQLAlchemy async database
 # Commands
 
 
+Host = Annotated[str | None, typer.Option(help="Interface. Default: 127.0.0.1.")]
+Port = Annotated[int | None, typer.Option(help="Port. Default: 3000.")]
+Demo = Annotated[bool | None, typer.Option("--demo/--no-demo", help="Seed the demo agent and key.")]
+AgentsFile = Annotated[
+    Path | None, typer.Option(help="YAML file of agents.", exists=True, dir_okay=False)
+]
+TrustedProxies = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated addresses or networks of reverse proxies whose"
+        " X-Forwarded-For is believed. Default: none."
+    ),
+]
+Debug = Annotated[
+    bool, typer.Option("--debug", help="Show the traceback behind a configuration problem.")
+]
+
+
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface. Default: 127.0.0.1.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port. Default: 3000.")] = None,
-    demo: Annotated[
-        bool | None, typer.Option("--demo/--no-demo", help="Seed the demo agent and key.")
-    ] = None,
+    host: Host = None,
+    port: Port = None,
+    demo: Demo = None,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    agents: Annotated[
-        Path | None, typer.Option(help="YAML file of agents.", exists=True, dir_okay=False)
-    ] = None,
-    trusted_proxies: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated addresses or networks of reverse proxies whose"
-            " X-Forwarded-For is believed. Default: none."
-        ),
-    ] = None,
+    agents: AgentsFile = None,
+    trusted_proxies: TrustedProxies = None,
+    debug: Debug = False,
 ) -> None:
-    """Run the server. Flags override AGENTSTREAM_* environment variables."""
+    """Run the server. Flags override AGENTSTREAM_* environment variables. The checks of
+    `agentstream check` run first: a problem that stops the server is printed, not raised."""
     from uvicorn.logging import DefaultFormatter
 
-    from agentstream.server import check_config, create_app
+    from agentstream.server import create_app
+    from agentstream.server.checks import Report, check_database, check_declared
     from agentstream.server.serving import claim, run
 
     settings = _settings(
@@ -346,10 +412,8 @@ def serve(
         agents_file=agents,
         trusted_proxies=trusted_proxies,
     )
-    try:
-        check_config(settings)
-    except ConfigError as exc:
-        _fail(str(exc))
+    report = Report()
+    _serve_check(check_declared(settings, report), report, debug=debug)
     logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
     if not logger.handlers:
         handler = logging.StreamHandler()
@@ -357,18 +421,71 @@ def serve(
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     url = f"http://{settings.host}:{settings.port}"
-    lines = [f"[bold]agentstream[/] on {escape(url)}", f"data: {escape(str(settings.data_dir))}"]
-    if settings.demo:
-        chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
-        lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
     try:
-        with claim(settings) as listener:  # before the app touches any data
-            Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
+        with claim(settings) as listener:  # before anything reads or changes data
+            _serve_check(check_database(settings, report), report, debug=debug)
+            assert report.database is not None
+            _banner(settings, url, report.database)
             started = run(create_app(settings), settings, listener)
     except ServeRefused as exc:
         _fail(str(exc))
     if not started:
         raise typer.Exit(3)
+
+
+def _serve_check(step: Coroutine[Any, Any, None], report: Report, *, debug: bool) -> None:
+    """Run one step of the checks; show the problems it found; stop if one is blocking."""
+    shown = len(report.problems)
+    asyncio.run(step)
+    _show_problems(report.problems[shown:], debug=debug, serving=True)
+    if report.blocking:
+        raise typer.Exit(1)
+
+
+def _banner(settings: Settings, url: str, database: DatabaseState) -> None:
+    data = database.where + (" (new)" if database.new else "")
+    lines = [f"[bold]agentstream[/] on {escape(url)}", f"data: {escape(data)}"]
+    if settings.demo:
+        chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
+        lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
+    Console().print(Panel.fit("\n".join(lines), border_style="cyan"))
+
+
+@app.command("check")
+def check_command(
+    host: Host = None,
+    port: Port = None,
+    demo: Demo = None,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    agents: AgentsFile = None,
+    trusted_proxies: TrustedProxies = None,
+    debug: Debug = False,
+) -> None:
+    """Check the configuration `serve` would start with, changing nothing: settings, the
+    agents and models files, the database and its migrations, the models the agents name
+    (their keys, or their local server), the port. Exit 1 if anything is wrong."""
+    from agentstream.server.checks import check
+
+    settings = _settings(
+        host=host,
+        port=port,
+        demo=demo,
+        data_dir=data_dir,
+        database_url=database_url,
+        agents_file=agents,
+        trusted_proxies=trusted_proxies,
+    )
+    report = asyncio.run(check(settings))
+    _show_problems(report.problems, debug=debug, serving=False)
+    console = Console(highlight=False)
+    for line in report.passed:
+        console.print(Text.assemble(("✓ ", "green"), line), soft_wrap=True)
+    if report.problems:
+        count = len(report.problems)
+        console.print(f"{count} problem{'s' if count > 1 else ''}", style="red")
+        raise typer.Exit(1)
+    console.print("ok", style="green")
 
 
 @app.command()
@@ -539,22 +656,49 @@ def create_key(
     name: Annotated[str, typer.Argument(help="A name to recognise the key by.")],
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Start a new database if there is none yet.")
+    ] = False,
 ) -> None:
     """Create an API key in the store and print it (only this once)."""
-    from agentstream.store import Store
-
     settings = _settings(data_dir=data_dir, database_url=database_url)
-
-    async def create() -> str:
-        store = await Store.open(settings.database)
-        try:
-            return await store.create_api_key(name)
-        finally:
-            await store.close()
-
-    key = asyncio.run(create())
+    key = _with_store(settings, lambda store: store.create_api_key(name), create=create)
     typer.echo(key)
     Console(stderr=True).print(f"[dim]API key {name!r} created; it is not shown again.[/]")
+
+
+@keys_app.command("list")
+def list_keys(data_dir: DataDir = None, database_url: DatabaseUrl = None) -> None:
+    """The API keys: id, name and when each was made (never the key: only its hash is kept)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    keys = _with_store(settings, lambda store: store.list_api_keys(), create=None)
+    table = Table("id", "name", "created")
+    for key in keys:
+        table.add_row(str(key.id), key.name, key.created_at.strftime("%Y-%m-%d %H:%M UTC"))
+    Console(highlight=False).print(table)
+
+
+@keys_app.command("revoke")
+def revoke_key(
+    which: Annotated[str, typer.Argument(help="The key's id, or its name.", metavar="ID|NAME")],
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke an API key: requests with it are refused from now on."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def revoke(store: Store) -> str:
+        keys = await store.list_api_keys()
+        found = [k for k in keys if str(k.id) == which] or [k for k in keys if k.name == which]
+        if not found:
+            _fail(f"No API key {which!r} (an id or a name from `agentstream keys list`).")
+        if len(found) > 1:
+            ids = ", ".join(str(k.id) for k in found)
+            _fail(f"{len(found)} keys are named {which!r} (ids {ids}): revoke one by its id.")
+        await store.revoke_api_key(found[0].id)
+        return f"Revoked API key {found[0].id} ({found[0].name!r})."
+
+    typer.echo(_with_store(settings, revoke, create=None))
 
 
 # Chat deployments
@@ -755,7 +899,7 @@ def delete_deployment(
 @app.command()
 def models(url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False) -> None:
     """The model registry: provider, context, prices, capabilities, and whether each model
-    can run on the server (its provider's key is set)."""
+    can run on the server (its provider's key is set; a local server answers)."""
     with _friendly_errors(), Client(url, key) as client:
         listed: list[dict[str, Any]] = client.request("GET", "/api/models")
     if as_json:
@@ -771,8 +915,8 @@ def models(url: Url = DEFAULT_URL, key: Key = None, as_json: Json = False) -> No
             item["provider_label"],
             f"{m['context_window']:,}" if m["context_window"] else "—",
             *price,
-            "yes" if caps["tools"] else "no",
-            caps["thinking"],
+            "?" if caps is None else "yes" if caps["tools"] else "no",
+            "?" if caps is None else caps["thinking"],
             "[green]yes[/]" if item["available"] else f"[dim]{item['unavailable_reason']}[/]",
         )
     Console().print(table)

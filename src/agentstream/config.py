@@ -6,14 +6,21 @@ import os
 import secrets
 from ipaddress import ip_network
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentstream.datadir import open_private, private_directory
+from agentstream.errors import ConfigError
 
 __all__ = ["Settings", "write_private"]
+
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
 
 
 class Settings(BaseSettings):
@@ -28,7 +35,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".agentstream")
     """Where the SQLite database and the demo key live."""
     database_url: str | None = None
-    """SQLAlchemy async URL, e.g. ``postgresql+asyncpg://user@host/db``.
+    """A database URL, e.g. ``postgresql://user@host/db``; the async driver is chosen for
+    you (``postgresql://`` and ``postgres://`` use asyncpg, ``sqlite:///`` aiosqlite), and
+    a URL that names its driver (``postgresql+asyncpg://``) is kept as it is.
 
     Default: SQLite in ``data_dir``."""
     agents_file: Path | None = None
@@ -60,6 +69,21 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
 
+    @classmethod
+    def load(cls, **overrides: Any) -> Settings:
+        """From the environment, with the ``overrides`` that are not None on top (command
+        flags). A bad value is a ``ConfigError``: one line per value, naming its variable."""
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            raise ConfigError(
+                "\n".join(
+                    f"AGENTSTREAM_{str(error['loc'][0]).upper()}: {error['msg']}"
+                    f" (got {error['input']!r})"
+                    for error in exc.errors()
+                )
+            ) from None
+
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _proxy_networks(cls, value: object) -> object:
@@ -69,6 +93,15 @@ class Settings(BaseSettings):
         if isinstance(value, list):
             return [str(ip_network(str(entry), strict=False)) for entry in value]
         return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str | None) -> str | None:
+        """The async driver for a URL that names none: what people write just works."""
+        if value is None:
+            return None
+        scheme, sep, rest = value.partition("://")
+        return f"{_ASYNC_DRIVERS.get(scheme.lower(), scheme)}{sep}{rest}"
 
     @property
     def database(self) -> str:

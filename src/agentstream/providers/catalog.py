@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agentstream.errors import ConfigError
 from agentstream.events import Usage
+from agentstream.yamlfile import read_yaml
 
 __all__ = [
     "Capabilities",
@@ -28,6 +29,11 @@ BUILTIN = Path(str(files("agentstream.providers").joinpath("catalog.yaml")))
 
 ProviderKind = Literal["offline", "openai", "anthropic", "gemini", "openai_compatible", "custom"]
 Thinking = Literal["none", "summary", "thinking"]
+
+PREFIXED_KINDS = frozenset({"openai", "anthropic", "gemini", "openai_compatible"})
+"""The providers whose models can be named ``provider:model`` without a catalog entry."""
+ALIASES = {"gemini": ("google",)}
+"""Other prefixes people write for a provider."""
 
 
 class _Strict(BaseModel):
@@ -67,7 +73,8 @@ class ModelInfo(_Strict):
     """USD per million input tokens."""
     output_price: float | None = None
     """USD per million output tokens (reasoning included)."""
-    capabilities: Capabilities = Field(default_factory=Capabilities)
+    capabilities: Capabilities | None = Field(default_factory=Capabilities)
+    """None: unknown (a ``provider:model`` name the catalog does not list)."""
     notes: str = ""
 
     @property
@@ -102,37 +109,34 @@ class Catalog(_Strict):
     def model(self, name: str) -> ModelInfo | None:
         return next((m for m in self.models if m.name == name), None)
 
-    def merged(self, other: Catalog) -> Catalog:
-        """This catalog with ``other``'s providers and models added (or replacing)."""
-        replaced = {m.name for m in other.models}
-        return Catalog(
-            providers={**self.providers, **other.providers},
-            models=[m for m in self.models if m.name not in replaced] + other.models,
-        )
-
-
-def _read(path: Path) -> Catalog:
-    document: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return Catalog.model_validate(document)
-
 
 def load_catalog(extra: Path | None = None) -> Catalog:
-    """The built-in catalog, merged with the user's own file if given."""
-    catalog = _read(BUILTIN)
+    """The built-in catalog, merged with the user's own file if given; a mistake in that file
+    is a ``ConfigError`` naming the file and line."""
+    catalog = Catalog.model_validate(read_yaml(BUILTIN).data)
     if extra is None:
         return catalog
-    document: dict[str, Any] = yaml.safe_load(extra.read_text(encoding="utf-8")) or {}
-    own = Catalog.model_validate(
-        {
-            "providers": catalog.providers
-            | {
-                name: ProviderInfo.model_validate(p)
-                for name, p in document.get("providers", {}).items()
-            },
-            "models": document.get("models", []),
-        }
-    )
-    return catalog.merged(own)
+    source = read_yaml(extra)
+    document = source.data or {}
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source.where(())}: expected `providers:` and `models:`")
+    try:
+        own = _UserCatalog.model_validate(document)
+        merged = Catalog(
+            providers={**catalog.providers, **own.providers},
+            models=[m for m in catalog.models if m.name not in {o.name for o in own.models}]
+            + own.models,
+        )
+    except ValidationError as exc:
+        raise source.invalid(exc) from None
+    return merged
+
+
+class _UserCatalog(_Strict):
+    """A models file: providers and models to add to the built-in ones (or replace)."""
+
+    providers: dict[str, ProviderInfo] = Field(default_factory=dict)
+    models: list[ModelInfo] = Field(default_factory=list)
 
 
 def _price(value: float | None) -> str:
@@ -155,15 +159,15 @@ def capability_table(catalog: Catalog) -> str:
     ]
     yes = {True: "yes", False: "no"}
     for key, provider in catalog.providers.items():
-        models = [m for m in catalog.models if m.provider == key]
-        if not models:
+        known = [c for m in catalog.models if m.provider == key if (c := m.capabilities)]
+        if not known:
             continue
 
-        def some(flag: str, models: list[ModelInfo] = models) -> str:
-            count = sum(bool(getattr(m.capabilities, flag)) for m in models)
-            return yes[count == len(models)] if count in (0, len(models)) else "some models"
+        def some(flag: str, known: list[Capabilities] = known) -> str:
+            count = sum(bool(getattr(c, flag)) for c in known)
+            return yes[count == len(known)] if count in (0, len(known)) else "some models"
 
-        exposed = {m.capabilities.thinking for m in models}
+        exposed = {c.thinking for c in known}
         shown = (
             thinking[exposed.pop()]
             if len(exposed) == 1
@@ -182,12 +186,36 @@ def capability_table(catalog: Catalog) -> str:
     ]
     for m in catalog.models:
         context = f"{m.context_window:,}" if m.context_window else "—"
+        caps = m.capabilities
         lines.append(
             f"| `{m.name}` | {catalog.providers[m.provider].label} | {context} | "
-            f"{_price(m.input_price)} | {_price(m.output_price)} | {yes[m.capabilities.tools]} | "
-            f"{thinking[m.capabilities.thinking]} | {m.notes} |"
+            f"{_price(m.input_price)} | {_price(m.output_price)} | "
+            f"{yes[caps.tools] if caps else 'unknown'} | "
+            f"{thinking[caps.thinking] if caps else 'unknown'} | {m.notes} |"
         )
     lines += [
+        "",
+        "## Models beyond the catalog",
+        "",
+        "Name any model of a provider as `provider:model` (the provider's own id after the",
+        "colon), e.g. `openai:gpt-4o`, `anthropic:claude-3-5-sonnet-latest`,",
+        "`ollama:llama3.2`. Such a model runs without a catalog entry; its capabilities are",
+        "unknown and its cost is not computed (`cost_usd` is null), unless the name after the",
+        "colon is a catalog model of that provider, whose entry it then uses.",
+        "",
+        "| prefix | provider | default base URL | base URL variable |",
+        "|---|---|---|---|",
+    ]
+    for key, provider in catalog.providers.items():
+        if provider.kind in PREFIXED_KINDS:
+            prefixes = ", ".join(f"`{p}:`" for p in (key, *ALIASES.get(key, ())))
+            default = f"`{provider.base_url}`" if provider.base_url else "the SDK's"
+            variable = f"`{provider.base_url_env}`" if provider.base_url_env else "—"
+            lines.append(f"| {prefixes} | {provider.label} | {default} | {variable} |")
+    lines += [
+        "",
+        "A provider that needs no key (a server on your machine) is ready when its server",
+        "accepts a connection: `agentstream models` and `GET /api/models` try it.",
         "",
         "Set the provider's key in the environment to use its models: "
         + ", ".join(

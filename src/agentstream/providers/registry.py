@@ -1,7 +1,10 @@
 """Models by name: what an agent definition's ``model`` field refers to.
 
-Catalog entries become live models on first use, with the provider's SDK client built
-from the environment; models handed in directly (tests, embedders) take precedence.
+A name is a catalog entry (``gpt-4.1``), or ``provider:model`` for any model of a provider
+the catalog knows (``openai:gpt-4o``, ``ollama:llama3.2``; ``provider/model`` works too),
+whose capabilities are then unknown and whose cost is not computed. Models become live on
+first use, with the provider's SDK client built from the environment; models handed in
+directly (tests, embedders) take precedence.
 """
 
 from __future__ import annotations
@@ -12,8 +15,15 @@ from dataclasses import dataclass
 
 from agentstream.errors import ModelUnavailable
 from agentstream.providers.base import Model
-from agentstream.providers.catalog import Catalog, ModelInfo, ProviderInfo
+from agentstream.providers.catalog import (
+    ALIASES,
+    PREFIXED_KINDS,
+    Catalog,
+    ModelInfo,
+    ProviderInfo,
+)
 from agentstream.providers.offline import OfflineModel
+from agentstream.providers.reachability import Reachability
 
 __all__ = ["ClientOptions", "ModelRegistry"]
 
@@ -36,9 +46,17 @@ class ModelRegistry:
         *,
         options: ClientOptions | None = None,
         custom: Iterable[Model] = (),
+        reachability: Reachability | None = None,
     ) -> None:
         self.catalog = catalog
         self.options = options or ClientOptions()
+        self.reachability = reachability or Reachability()
+        self._prefixes = {
+            prefix: key
+            for key, provider in catalog.providers.items()
+            if provider.kind in PREFIXED_KINDS
+            for prefix in (key, *ALIASES.get(key, ()))
+        }
         self._live: dict[str, Model] = {model.name: model for model in custom}
         self._closers: list[Callable[[], Awaitable[object]]] = []
         """How to close the SDK clients this registry made (their connection pools)."""
@@ -47,12 +65,32 @@ class ModelRegistry:
         return sorted({m.name for m in self.catalog.models} | set(self._live))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._live or any(m.name == name for m in self.catalog.models)
+        return isinstance(name, str) and (name in self._live or self._described(name) is not None)
 
     def info(self, name: str) -> ModelInfo:
-        """The catalog entry; a custom model not in the catalog gets one without prices."""
-        found = self.catalog.model(name)
-        return found or ModelInfo(name=name, provider="custom")
+        """The catalog entry, or one made for a ``provider:model`` name (capabilities
+        unknown, no prices); a custom model not in the catalog gets one without prices."""
+        return self._described(name) or ModelInfo(name=name, provider="custom")
+
+    def _described(self, name: str) -> ModelInfo | None:
+        if found := self.catalog.model(name):
+            return found
+        for separator in ":/":
+            prefix, _, api_model = name.partition(separator)
+            key = self._prefixes.get(prefix.lower())
+            if key is not None and api_model:
+                listed = next(
+                    (
+                        m
+                        for m in self.catalog.models
+                        if m.provider == key and m.provider_model == api_model
+                    ),
+                    None,
+                )
+                if listed is not None:
+                    return listed.model_copy(update={"name": name})
+                return ModelInfo(name=name, provider=key, api_model=api_model, capabilities=None)
+        return None
 
     def provider(self, name: str) -> ProviderInfo:
         info = self.info(name)
@@ -72,6 +110,21 @@ class ModelRegistry:
         ):
             return f"Set {provider.api_key_env} to use {name} ({provider.label})"
         return None
+
+    async def ready(self, name: str) -> str | None:
+        """Why the model cannot run now, or None if it can: ``available``, and for a
+        provider that needs no key (a local server), whether its server accepts a
+        connection."""
+        if reason := self.available(name):
+            return reason
+        provider = self.provider(name)
+        url = _base_url(provider)
+        if name in self._live or provider.key_required or url is None:
+            return None
+        if await self.reachability.answers(url):
+            return None
+        override = f", or set {provider.base_url_env}" if provider.base_url_env else ""
+        return f"Nothing answers at {url} ({provider.label}): start it{override}"
 
     def get(self, name: str) -> Model:
         """The live model, connecting on first use. ``ModelUnavailable`` if it cannot run."""
@@ -96,6 +149,12 @@ class ModelRegistry:
         self._closers.clear()
 
 
+def _base_url(provider: ProviderInfo) -> str | None:
+    """Where the provider is reached: its base-URL variable if set, else the catalog's."""
+    from_env = os.environ.get(provider.base_url_env) if provider.base_url_env else None
+    return from_env or provider.base_url
+
+
 def _connect(
     info: ModelInfo, provider: ProviderInfo, options: ClientOptions
 ) -> tuple[Model, Callable[[], Awaitable[object]] | None]:
@@ -105,9 +164,7 @@ def _connect(
     does not pay for importing them.
     """
     key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
-    base_url = (os.environ.get(provider.base_url_env) if provider.base_url_env else None) or (
-        provider.base_url
-    )
+    url = _base_url(provider)
     match provider.kind:
         case "offline":
             return OfflineModel(name=info.name, token_delay=options.offline_token_delay), None
@@ -118,7 +175,7 @@ def _connect(
 
             client = AsyncOpenAI(
                 api_key=key or "not-needed",  # local servers take any key
-                base_url=base_url,
+                base_url=url,
                 max_retries=options.max_retries,
                 timeout=options.timeout,
             )
@@ -134,7 +191,7 @@ def _connect(
 
             anthropic = AsyncAnthropic(
                 api_key=key,
-                base_url=base_url,
+                base_url=url,
                 max_retries=options.max_retries,
                 timeout=options.timeout,
             )
@@ -148,7 +205,7 @@ def _connect(
             from agentstream.providers.gemini import GeminiModel
 
             http = genai.types.HttpOptions(
-                base_url=base_url,
+                base_url=url,
                 api_version="v1beta",  # thinking, signatures and JSON-schema tools live here
                 timeout=int(options.timeout * 1000),
                 retry_options=genai.types.HttpRetryOptions(attempts=options.max_retries + 1),

@@ -29,7 +29,7 @@ from agentstream.server.agents import router as agents_router
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
 from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
-from agentstream.server.definitions import apply_declared, declared
+from agentstream.server.definitions import Declared, apply_declared, declared
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
@@ -176,11 +176,11 @@ def create_app(
     return app
 
 
-def check_config(settings: Settings) -> None:
+def check_config(settings: Settings) -> Declared:
     """What ``create_app(settings)`` would refuse at start-up, checked before serving:
-    ``ConfigError`` with one readable line."""
+    ``ConfigError`` with one readable line. Returns what the files declare."""
     models, tools = _registries(settings, (), ())
-    declared(settings, models, tools, functions=())
+    return declared(settings, models, tools, functions=())
 
 
 def _registries(

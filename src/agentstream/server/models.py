@@ -20,7 +20,8 @@ class ModelOut(BaseModel):
     model: ModelInfo
     provider_label: str
     available: bool
-    """The model can run on this server now (its provider's key is set)."""
+    """The model can run on this server now: its provider's key is set, or, for a local
+    server that needs no key, that server accepts a connection."""
     unavailable_reason: str | None
 
 
@@ -31,7 +32,7 @@ async def list_models(svc: Annotated[Services, Depends(services)]) -> list[Model
         ModelOut(
             model=registry.info(name),
             provider_label=registry.provider(name).label,
-            available=(reason := registry.available(name)) is None,
+            available=(reason := await registry.ready(name)) is None,
             unavailable_reason=reason,
         )
         for name in registry.names()

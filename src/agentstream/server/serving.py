@@ -28,7 +28,7 @@ from agentstream.datadir import open_private
 from agentstream.errors import ServeRefused
 from agentstream.store.store import sqlite_file
 
-__all__ = ["claim", "run"]
+__all__ = ["claim", "listen", "run"]
 
 
 @contextmanager
@@ -37,7 +37,7 @@ def claim(settings: Settings) -> Iterator[socket.socket]:
     on SQLite, the database. ``ServeRefused`` (one line, naming the other owner) if either
     is taken; by then nothing else in the data directory has been read or changed."""
     with ExitStack() as owned:
-        listener = owned.enter_context(closing(_listen(settings.host, settings.port)))
+        listener = owned.enter_context(closing(listen(settings.host, settings.port)))
         database = sqlite_file(settings.database)
         if database is not None:
             owned.enter_context(_lock(database, address=_url(listener)))
@@ -61,7 +61,7 @@ def run(app: ASGIApp, settings: Settings, listener: socket.socket) -> bool:
     return server.started
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """Bind and listen now: from here on the port is this process's."""
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:

@@ -41,6 +41,7 @@ from agentstream.store.tables import (
 )
 
 __all__ = [
+    "ApiKey",
     "ApprovalRecord",
     "DeployedWorkflow",
     "PausedRun",
@@ -56,6 +57,15 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 
 def _digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as it can be shown: never the key itself (only its digest is kept)."""
+
+    id: int
+    name: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +179,17 @@ class Store:
 
     async def is_api_key(self, key: str) -> bool:
         return await self.api_key_name(key) is not None
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        async with self.db.session() as db:
+            rows = await db.scalars(select(ApiKeyRow).order_by(ApiKeyRow.id))
+            return [ApiKey(row.id, row.name, utc(row.created_at)) for row in rows]
+
+    async def revoke_api_key(self, key_id: int) -> bool:
+        """Delete the key: from the next request on, it is refused. False if there is none."""
+        async with self.db.write() as db:
+            deleted = await db.execute(delete(ApiKeyRow).where(ApiKeyRow.id == key_id))
+        return bool(deleted.rowcount)  # type: ignore[attr-defined]
 
     # Agents
 
