@@ -119,7 +119,7 @@ async def _measure_size(chunks: int, unique: list[str], data_dir: Path) -> dict[
 
     store = await Store.open(f"sqlite+aiosqlite:///{data_dir / f'kb{chunks}.db'}")
     try:
-        knowledge = Knowledge(KnowledgeStore(store.db), embedder)
+        knowledge = Knowledge(KnowledgeStore(store.db), embedder, vectors=True)
         base = await knowledge.create_base("bench")
         started = time.perf_counter()
         document = await knowledge.add_document(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -176,9 +176,10 @@ def test_hybrid_search_finds_passages_by_meaning_where_full_text_cannot(
         upload_all(client, kb)
         for query, document, passage in MEANING:
             found = search(client, kb, query)
-            assert any(
-                r["document_name"] == document and passage in r["text"] for r in found
-            ), (query, found)
+            assert any(r["document_name"] == document and passage in r["text"] for r in found), (
+                query,
+                found,
+            )
 
     with serve(settings, embeddings=False) as full_text, full_text.client() as client:
         for query, _, passage in MEANING:
@@ -247,7 +248,7 @@ def test_a_deleted_document_is_no_longer_found(either: LiveServer) -> None:
         "tomatoes & !basil | <-> 'sun'",
         "'; DROP TABLE kb_chunks; --",
         "tomatoes?!",
-        "C++ / C# – naïve café",
+        "C++ / C# — naïve café",
         "the and or not",
         "???",
         "\\",

@@ -1,17 +1,9 @@
-"""Knowledge bases, their documents and chunks, and the context handlers (the citations)
-that knowledge searches leave behind.
-
-Chunks are ranked by full text in the database itself: on SQLite through the FTS5 table
-``kb_chunks_fts`` (Porter stemming, kept in step with ``kb_chunks`` by triggers), on
-PostgreSQL through the generated ``tsvector`` column ``kb_chunks.search_vector`` (English
-configuration, GIN index); both made by migration 0010. A query is cut into words and
-matches a chunk holding any of them, so punctuation and either engine's query syntax in it
-are only text.
-"""
+"""Knowledge bases, their documents and chunks (ranked by full text in the database, see
+``full_text``), and the context handlers (the citations) that knowledge searches leave
+behind."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -19,21 +11,17 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Select,
-    column,
     delete,
     func,
-    literal_column,
     select,
-    table,
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import ColumnElement
 
 from agentstream.errors import Conflict
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
+from agentstream.store.full_text import full_text_ranking, query_words
 from agentstream.store.tables import (
     ChunkRow,
     ContextHandlerRow,
@@ -280,12 +268,11 @@ class KnowledgeStore:
 
     async def full_text(self, kb_ids: Sequence[str], query: str, *, limit: int) -> list[int]:
         """Ids of the chunks of these bases that share words with the query, best first."""
-        words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+        words = query_words(query)
         if not words:
             return []
         async with self._db.session() as db:
-            dialect = db.get_bind().dialect.name
-            ranked = _postgresql_ranking(words) if dialect == "postgresql" else _fts5_ranking(words)
+            ranked = full_text_ranking(db.get_bind().dialect.name, words)
             rows = await db.scalars(
                 ranked.where(ChunkRow.knowledge_base_id.in_(kb_ids)).limit(limit)
             )
@@ -320,35 +307,6 @@ class KnowledgeStore:
         async with self._db.session() as db:
             row = await db.get(ContextHandlerRow, handler_id)
             return None if row is None else _handler(row)
-
-
-_WORD = re.compile(r"\w+")
-"""What a query is cut into: no character of FTS5's or tsquery's syntax is one."""
-
-_FTS5 = table("kb_chunks_fts", column("rowid"), column("text"), column("rank"))
-_SEARCH_VECTOR: ColumnElement[Any] = literal_column("kb_chunks.search_vector")
-
-
-def _fts5_ranking(words: Sequence[str]) -> Select[int]:
-    """Chunks with any of the words, by BM25 (FTS5's ``rank``); each word quoted, so that
-    ``AND``, ``NEAR`` or ``*`` in a query are words like any other."""
-    match = " OR ".join(f'"{word}"' for word in words)
-    return (
-        select(ChunkRow.id)
-        .join(_FTS5, _FTS5.c.rowid == ChunkRow.id)
-        .where(_FTS5.c.text.match(match))
-        .order_by(_FTS5.c.rank, ChunkRow.id)
-    )
-
-
-def _postgresql_ranking(words: Sequence[str]) -> Select[int]:
-    """Chunks with any of the words, by ``ts_rank``, the words stemmed as the column is."""
-    query = func.to_tsquery(literal_column("'english'"), " | ".join(words))
-    return (
-        select(ChunkRow.id)
-        .where(_SEARCH_VECTOR.op("@@")(query))
-        .order_by(func.ts_rank(_SEARCH_VECTOR, query).desc(), ChunkRow.id)
-    )
 
 
 async def _bump(db: Any, kb_id: str) -> bool:
