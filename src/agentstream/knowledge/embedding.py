@@ -13,18 +13,17 @@ import os
 import threading
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.to_thread
-import numpy as np
-import numpy.typing as npt
 
 from agentstream.errors import UserError
 
-__all__ = ["Embedder", "EmbedderUnavailable", "MiniLM", "Vectors", "embeddings_installed"]
+if TYPE_CHECKING:  # numpy comes with the extra
+    import numpy as np
+    import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
-"""One row per text, each of unit length, so a dot product is the cosine similarity."""
+__all__ = ["Embedder", "EmbedderUnavailable", "MiniLM", "embeddings_installed"]
 
 
 class Embedder(Protocol):
@@ -32,7 +31,9 @@ class Embedder(Protocol):
     """Recorded with each knowledge base: vectors of different models do not compare."""
     dimensions: int
 
-    async def embed(self, texts: Sequence[str]) -> Vectors: ...
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One row per text, each of unit length, so a dot product is the cosine similarity."""
+        ...
 
 
 class EmbedderUnavailable(UserError):
@@ -55,19 +56,21 @@ class MiniLM:
     name = "all-MiniLM-L6-v2"
     dimensions = 384
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return await anyio.to_thread.run_sync(_encode, list(texts))
 
 
 _lock = threading.Lock()
 
 
-def _encode(texts: list[str]) -> Vectors:
+def _encode(texts: list[str]) -> npt.NDArray[np.float32]:
     with _lock:  # one load, then one encode at a time: each already uses every core
         model = _model()
         vectors = model.encode(
             texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
         )
+    import numpy as np  # here, the extra is known to be installed
+
     return np.asarray(vectors, dtype=np.float32).reshape(len(texts), MiniLM.dimensions)
 
 
