@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from agentstream.knowledge.chunking import CHUNK_CHARACTERS
-from agentstream.knowledge.embedding import MiniLM, Vectors
+from agentstream.knowledge.embedding import MiniLM
 from agentstream.knowledge.service import Knowledge
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
@@ -101,9 +102,9 @@ class _Remembering:
     def __init__(self, embedder: MiniLM) -> None:
         self.name, self.dimensions = embedder.name, embedder.dimensions
         self._embedder = embedder
-        self._known: dict[str, Vectors] = {}
+        self._known: dict[str, npt.NDArray[np.float32]] = {}
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._known]
         if missing:
             self._known.update(zip(missing, await self._embedder.embed(missing), strict=True))
@@ -119,7 +120,7 @@ async def _measure_size(chunks: int, unique: list[str], data_dir: Path) -> dict[
 
     store = await Store.open(f"sqlite+aiosqlite:///{data_dir / f'kb{chunks}.db'}")
     try:
-        knowledge = Knowledge(KnowledgeStore(store.db), embedder)
+        knowledge = Knowledge(KnowledgeStore(store.db), embedder, vectors=True)
         base = await knowledge.create_base("bench")
         started = time.perf_counter()
         document = await knowledge.add_document(

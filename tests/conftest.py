@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
+from agentstream.knowledge.embedding import embeddings_installed
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -52,6 +53,16 @@ class LiveServer:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.headers, **{"timeout": 10, **kwargs})
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``embeddings`` need the extra (torch): skipped without it, except in CI,
+    which installs it (``make install-embeddings``)."""
+    if item.get_closest_marker("embeddings") and not embeddings_installed():
+        message = "The embeddings extra is missing: make install-embeddings (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @contextmanager

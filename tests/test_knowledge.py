@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from fpdf import FPDF
 
+from agentstream.config import Settings
 from conftest import LiveServer, make_settings, serve, stream_frames
 
 HANDBOOK = """# Travel policy
@@ -43,12 +45,42 @@ def pdf_bytes(pages: list[str]) -> bytes:
     return bytes(pdf.output())
 
 
+@dataclass(frozen=True)
+class Mode:
+    database: str
+    embeddings: bool
+
+
+LIVE_MODES = [
+    pytest.param(Mode("sqlite", embeddings=False), id="sqlite-full_text"),
+    pytest.param(Mode("postgresql", embeddings=False), id="postgresql-full_text"),
+    pytest.param(Mode("sqlite", embeddings=True), id="sqlite-hybrid", marks=pytest.mark.embeddings),
+    pytest.param(
+        Mode("postgresql", embeddings=True), id="postgresql-hybrid", marks=pytest.mark.embeddings
+    ),
+]
+
+
+def settings_for(request: pytest.FixtureRequest, tmp_path: Path, database: str) -> Settings:
+    overrides = {}
+    if database == "postgresql":
+        overrides["database_url"] = request.getfixturevalue("postgres_url")
+    return make_settings(tmp_path, **overrides)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
-    overrides = {}
-    if request.param == "postgresql":
-        overrides["database_url"] = request.getfixturevalue("postgres_url")
-    with serve(make_settings(tmp_path, **overrides)) as server:
+    """Full-text search (no embeddings, as in the default install), on either store."""
+    with serve(settings_for(request, tmp_path, request.param), embeddings=False) as server:
+        yield server
+
+
+@pytest.fixture(params=LIVE_MODES)
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+    """Full-text or hybrid search, on either store: what must hold whichever it is."""
+    mode: Mode = request.param
+    settings = settings_for(request, tmp_path, mode.database)
+    with serve(settings, embeddings=mode.embeddings) as server:
         yield server
 
 
@@ -75,16 +107,20 @@ def search(client: httpx.Client, kb_id: str, query: str, top_k: int = 3) -> list
     return results
 
 
-def test_documents_of_every_kind_are_searchable_by_meaning(live: LiveServer) -> None:
-    with live.client(timeout=120) as client:
+def upload_all(client: httpx.Client, kb_id: str) -> None:
+    for filename, data in [
+        ("handbook.md", HANDBOOK.encode()),
+        ("garden.txt", GARDEN.encode()),
+        ("lighthouse.pdf", pdf_bytes(PDF_PAGES)),
+    ]:
+        response = upload(client, kb_id, filename, data)
+        assert response.status_code == 201, response.text
+
+
+def test_documents_of_every_kind_are_searchable(either: LiveServer) -> None:
+    with either.client(timeout=120) as client:
         kb = create_base(client, description="Company and hobby notes")
-        for filename, data in [
-            ("handbook.md", HANDBOOK.encode()),
-            ("garden.txt", GARDEN.encode()),
-            ("lighthouse.pdf", pdf_bytes(PDF_PAGES)),
-        ]:
-            response = upload(client, kb["id"], filename, data)
-            assert response.status_code == 201, response.text
+        upload_all(client, kb["id"])
 
         detail = client.get(f"/api/knowledge-bases/{kb['id']}").json()
         assert [d["name"] for d in detail["document_list"]] == [
@@ -101,27 +137,81 @@ def test_documents_of_every_kind_are_searchable_by_meaning(live: LiveServer) -> 
         assert detail["chunks"] == sum(d["chunk_count"] for d in detail["document_list"])
         assert detail["embedding_model"] == "all-MiniLM-L6-v2"
 
-        # No shared keywords with the answer: found by meaning.
-        best = search(client, kb["id"], "How much can I spend on food when travelling?")[0]
+        # Words of the passage, in other forms (stemmed): "meal", "reimburse".
+        best = search(client, kb["id"], "Is my meal reimbursed?")[0]
         assert best["document_name"] == "handbook.md"
         assert "forty euros" in best["text"]
         assert best["text"].startswith("# Expenses"), "a heading opens its own chunk"
 
-        best = search(client, kb["id"], "Which herb should I plant next to my vegetables?")[0]
+        best = search(client, kb["id"], "Which herb grows beside tomatoes?")[0]
         assert best["document_name"] == "garden.txt"
         assert "Basil" in best["text"]
 
-        best = search(client, kb["id"], "What warned sailors about dangerous rocks?")[0]
+        best = search(client, kb["id"], "What kept ships clear of the reef?")[0]
         assert (best["document_name"], best["page"]) == ("lighthouse.pdf", 2)
 
-        results = search(client, kb["id"], "garden vegetables sunlight", top_k=5)
+        results = search(client, kb["id"], "garden vegetables sunlight water", top_k=5)
         scores = [r["score"] for r in results]
         assert scores == sorted(scores, reverse=True)
         assert [r["number"] for r in results] == list(range(1, len(results) + 1))
+        assert {r["knowledge_base_id"] for r in results} == {kb["id"]}
 
 
-def test_a_deleted_document_is_no_longer_found(live: LiveServer) -> None:
-    with live.client(timeout=120) as client:
+MEANING = [
+    # (query with no word of its passage, document, what the passage says)
+    ("How much can I spend on food when travelling?", "handbook.md", "forty euros"),
+    ("Which plant should go next to my vegetables?", "garden.txt", "Basil"),
+    ("What warned sailors about dangerous stones?", "lighthouse.pdf", "reef"),
+]
+
+
+@pytest.mark.embeddings
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_hybrid_search_finds_passages_by_meaning_where_full_text_cannot(
+    request: pytest.FixtureRequest, tmp_path: Path, database: str
+) -> None:
+    settings = settings_for(request, tmp_path, database)
+    with serve(settings, embeddings=True) as hybrid, hybrid.client(timeout=120) as client:
+        kb = create_base(client)["id"]
+        upload_all(client, kb)
+        for query, document, passage in MEANING:
+            found = search(client, kb, query)
+            assert any(r["document_name"] == document and passage in r["text"] for r in found), (
+                query,
+                found,
+            )
+
+    with serve(settings, embeddings=False) as full_text, full_text.client() as client:
+        for query, _, passage in MEANING:
+            assert not any(passage in r["text"] for r in search(client, kb, query)), query
+
+
+@pytest.mark.embeddings
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_base_filled_without_embeddings_becomes_hybrid_once_they_are_installed(
+    request: pytest.FixtureRequest, tmp_path: Path, database: str
+) -> None:
+    settings = settings_for(request, tmp_path, database)
+    query, document, passage = MEANING[0]
+    with serve(settings, embeddings=False) as before, before.client(timeout=120) as client:
+        kb = create_base(client)["id"]
+        upload_all(client, kb)
+        assert not any(passage in r["text"] for r in search(client, kb, query))
+
+    # The extra installed: the first search computes the missing vectors and keeps them.
+    with serve(settings, embeddings=True) as after, after.client(timeout=120) as client:
+        found = search(client, kb, query)
+        assert any(r["document_name"] == document and passage in r["text"] for r in found)
+        upload(client, kb, "more.txt", b"Receipts go to the finance team every month.")
+
+    # The extra removed again: the base, vectors and all, is searched by full text.
+    with serve(settings, embeddings=False) as without, without.client() as client:
+        best = search(client, kb, "finance receipts")[0]
+        assert best["document_name"] == "more.txt"
+
+
+def test_a_deleted_document_is_no_longer_found(either: LiveServer) -> None:
+    with either.client(timeout=120) as client:
         kb = create_base(client)
         garden = upload(client, kb["id"], "garden.txt", GARDEN.encode()).json()
         upload(client, kb["id"], "handbook.md", HANDBOOK.encode())
@@ -129,22 +219,62 @@ def test_a_deleted_document_is_no_longer_found(live: LiveServer) -> None:
 
         deleted = client.delete(f"/api/knowledge-bases/{kb['id']}/documents/{garden['id']}")
         assert deleted.status_code == 204
+        # The chunks stored next may take the deleted ones' ids: the index must not match
+        # them by the deleted text.
+        upload(client, kb["id"], "lighthouse.pdf", pdf_bytes(PDF_PAGES))
         names = {r["document_name"] for r in search(client, kb["id"], "tomatoes", top_k=10)}
-        assert names == {"handbook.md"}
+        assert "garden.txt" not in names
+        assert not any(
+            "tomato" in r["text"].lower() for r in search(client, kb["id"], "tomatoes", top_k=10)
+        )
 
         assert client.delete(f"/api/knowledge-bases/{kb['id']}").status_code == 204
         assert client.get(f"/api/knowledge-bases/{kb['id']}").status_code == 404
+        again = create_base(client)
+        upload(client, again["id"], "other.txt", b"Nothing about vegetables.")
+        found = search(client, again["id"], "lighthouse reef handbook flights tomatoes")
+        assert {r["document_name"] for r in found} <= {"other.txt"}
 
 
-def test_agent_answer_cites_the_passages_of_its_context_handler(live: LiveServer) -> None:
+@pytest.mark.parametrize(
+    "query",
+    [
+        'tomatoes" OR "',
+        "tomatoes AND NOT basil",
+        "NEAR(tomatoes basil)",
+        "tomat* ^basil",
+        "text:tomatoes",
+        "(tomatoes",
+        "tomatoes & !basil | <-> 'sun'",
+        "'; DROP TABLE kb_chunks; --",
+        "tomatoes?!",
+        "C++ / C# — naïve café",
+        "the and or not",
+        "???",
+        "\\",
+        "🍅",
+    ],
+)
+def test_any_query_is_searched_as_text_never_as_syntax(live: LiveServer, query: str) -> None:
+    with live.client() as client:
+        kb = create_base(client)
+        upload(client, kb["id"], "garden.txt", GARDEN.encode())
+        results = search(client, kb["id"], query)
+    if "tomatoes" in query:
+        assert results[0]["document_name"] == "garden.txt"
+
+
+def test_agent_answer_cites_the_passages_of_its_context_handler(either: LiveServer) -> None:
+    live = either
     with live.client(timeout=120) as client:
         kb = create_base(client)
         upload(client, kb["id"], "handbook.md", HANDBOOK.encode())
         upload(client, kb["id"], "garden.txt", GARDEN.encode())
-        agent = {"id": "librarian", "model": "offline", "knowledge_bases": [kb["id"]]}
+        librarian = f"librarian-{kb['id'][-8:]}"  # one PostgreSQL database for every mode
+        agent = {"id": librarian, "model": "offline", "knowledge_bases": [kb["id"]]}
         assert client.post("/api/agents", json=agent).status_code == 201
 
-    _, frames = stream_frames(live, "librarian", {"message": "How early must flights be booked?"})
+    _, frames = stream_frames(live, librarian, {"message": "How early must flights be booked?"})
     events = [f["event"] for f in frames]
     assert events.index("tool_call") < events.index("context_handler_created")
     assert events.index("context_handler_created") < events.index("tool_result")

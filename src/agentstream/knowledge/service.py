@@ -1,25 +1,24 @@
 """Knowledge bases at work: documents in (extracted, chunked, embedded, stored) and passages
-out (the chunks nearest a query).
+out (the chunks that best answer a query).
 
-Search is exact: each base's vectors are held as one matrix, loaded from the database and
-kept while the base's revision is unchanged, and scored with one matrix product. That is
-milliseconds for tens of thousands of chunks (``make bench``) and needs no vector extension
-in the database, so SQLite and PostgreSQL behave the same.
+A search ranks the chunks by full text in the database (SQLite FTS5, PostgreSQL full-text
+search). With the ``embeddings`` extra it also ranks them by vector (``vectors``), and the
+two rankings are fused by reciprocal rank fusion: hybrid search, which also finds a passage
+by its meaning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
-import numpy as np
-import numpy.typing as npt
 
 from agentstream.errors import NotFound, UserError
 from agentstream.knowledge.chunking import chunk
-from agentstream.knowledge.embedding import Embedder, Vectors
+from agentstream.knowledge.embedding import Embedder
 from agentstream.knowledge.extract import extract
+from agentstream.knowledge.fusion import reciprocal_rank_fusion
 from agentstream.store.knowledge import (
     Citation,
     KnowledgeBase,
@@ -28,26 +27,30 @@ from agentstream.store.knowledge import (
     StoredDocument,
 )
 
+if TYPE_CHECKING:
+    from agentstream.knowledge.vectors import VectorSearch
+
 __all__ = ["Knowledge"]
 
-_STORED = np.dtype("<f4")
-"""How a vector is kept in the database: little-endian float32, whatever the machine."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Index:
-    revision: int
-    chunk_ids: npt.NDArray[np.int64]
-    vectors: Vectors
+CANDIDATES = 50
+"""How many chunks each ranking hands to the fusion (at least the ``top_k`` asked for)."""
 
 
 class Knowledge:
-    """What the API and the ``knowledge_search`` tool do with knowledge bases."""
+    """What the API and the ``knowledge_search`` tool do with knowledge bases.
 
-    def __init__(self, store: KnowledgeStore, embedder: Embedder) -> None:
+    ``embedder`` names the model a base's vectors come from; with ``vectors`` False (the
+    ``embeddings`` extra is missing) it is never run, and search is full text alone.
+    """
+
+    def __init__(self, store: KnowledgeStore, embedder: Embedder, *, vectors: bool) -> None:
         self.store = store
         self.embedder = embedder
-        self._indexes: dict[str, _Index] = {}
+        self._vectors: VectorSearch | None = None
+        if vectors:
+            from agentstream.knowledge.vectors import VectorSearch  # numpy: with the extra
+
+            self._vectors = VectorSearch(store, embedder)
 
     async def create_base(
         self, name: str, description: str = "", *, kb_id: str | None = None
@@ -78,12 +81,16 @@ class Knowledge:
     async def add_document(
         self, kb_id: str, *, name: str, media_type: str, data: bytes
     ) -> StoredDocument:
-        """Extract, chunk, embed and store the document, all or nothing."""
+        """Extract, chunk, embed (with the extra) and store the document, all or nothing."""
         base = await self.base(kb_id)
-        self._check_model(base.id, base.embedding_model)
+        if self._vectors is not None:
+            self._check_model(base.id, base.embedding_model)
         sections = await anyio.to_thread.run_sync(extract, data, media_type)
         chunks = chunk(sections)
-        vectors = await self.embedder.embed([c.text for c in chunks])
+        texts = [c.text for c in chunks]
+        vectors: Sequence[bytes | None] = (
+            [None] * len(texts) if self._vectors is None else await self._vectors.vectors(texts)
+        )
         document = await self.store.add_document(
             kb_id,
             name=name,
@@ -96,7 +103,7 @@ class Knowledge:
                     end=c.end,
                     page=c.page,
                     text=c.text,
-                    embedding=vector.astype(_STORED).tobytes(),
+                    embedding=vector,
                 )
                 for c, vector in zip(chunks, vectors, strict=True)
             ],
@@ -106,33 +113,25 @@ class Knowledge:
         return document
 
     async def search(self, kb_ids: Sequence[str], query: str, *, top_k: int) -> list[Citation]:
-        """The ``top_k`` passages nearest the query over these bases, best first."""
+        """The ``top_k`` passages that best answer the query over these bases, best first."""
         if not query.strip():
             raise UserError("The query is empty", field="query")
         revisions = {kb_id: await self._revision(kb_id) for kb_id in kb_ids}
-        (vector,) = await self.embedder.embed([query])
-        scored: list[tuple[float, int, str]] = []
-        for kb_id, revision in revisions.items():
-            index = await self._index(kb_id, revision)
-            scores = index.vectors @ vector
-            best = (
-                np.argpartition(-scores, top_k)[:top_k]
-                if len(scores) > top_k
-                else np.arange(len(scores))
-            )
-            scored += [(float(scores[i]), int(index.chunk_ids[i]), kb_id) for i in best]
-        scored.sort(reverse=True)
-        top = scored[:top_k]
-        found = await self.store.passages([chunk_id for _, chunk_id, _ in top])
+        candidates = max(top_k, CANDIDATES)
+        rankings = [await self.store.full_text(kb_ids, query, limit=candidates)]
+        if self._vectors is not None:
+            rankings.append(await self._vectors.nearest(revisions, query, limit=candidates))
+        top = reciprocal_rank_fusion(rankings)[:top_k]
+        found = await self.store.passages([chunk_id for chunk_id, _ in top])
         citations: list[Citation] = []
-        for score, chunk_id, kb_id in top:
+        for chunk_id, score in top:
             if chunk_id not in found:  # its document was deleted meanwhile
                 continue
             row, document_name = found[chunk_id]
             citations.append(
                 Citation(
                     number=len(citations) + 1,
-                    knowledge_base_id=kb_id,
+                    knowledge_base_id=row.knowledge_base_id,
                     document_id=row.document_id,
                     document_name=document_name,
                     chunk_id=chunk_id,
@@ -147,32 +146,17 @@ class Knowledge:
         return citations
 
     async def _revision(self, kb_id: str) -> int:
-        """The base's revision, once it is known to exist and to match the embedder."""
+        """The base's revision, once it is known to exist (and, for vectors, to match the
+        embedder)."""
         found = await self.store.model_and_revision(kb_id)
         if found is None:
-            self._indexes.pop(kb_id, None)
+            if self._vectors is not None:
+                self._vectors.forget(kb_id)
             raise NotFound(f"No knowledge base {kb_id!r}", field="knowledge_base_id")
         model, revision = found
-        self._check_model(kb_id, model)
+        if self._vectors is not None:
+            self._check_model(kb_id, model)
         return revision
-
-    async def _index(self, kb_id: str, revision: int) -> _Index:
-        """The base's vectors, reloaded only when its revision moved on."""
-        cached = self._indexes.get(kb_id)
-        if cached is not None and cached.revision == revision:
-            return cached
-        loaded = await self.store.embeddings(kb_id)
-        if loaded is None:
-            self._indexes.pop(kb_id, None)
-            raise NotFound(f"No knowledge base {kb_id!r}", field="knowledge_base_id")
-        revision, chunk_ids, blobs = loaded
-        vectors = np.frombuffer(b"".join(blobs), dtype=_STORED).astype(np.float32)
-        index = self._indexes[kb_id] = _Index(
-            revision,
-            np.asarray(chunk_ids, dtype=np.int64),
-            vectors.reshape(len(chunk_ids), self.embedder.dimensions),
-        )
-        return index
 
     def _check_model(self, kb_id: str, model: str) -> None:
         if model != self.embedder.name:

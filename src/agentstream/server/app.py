@@ -14,7 +14,7 @@ from agentstream.agents import AgentSpec
 from agentstream.config import Settings, write_private
 from agentstream.datadir import make_private
 from agentstream.errors import NotFound
-from agentstream.knowledge.embedding import MiniLM
+from agentstream.knowledge.embedding import MiniLM, embeddings_installed
 from agentstream.knowledge.service import Knowledge
 from agentstream.providers.base import Model
 from agentstream.providers.catalog import load_catalog
@@ -64,10 +64,12 @@ def create_app(
     agents: Iterable[AgentSpec] = (),
     email_sender: EmailSender = log_code,
     functions: Mapping[str, Callable[..., object]] | None = None,
+    embeddings: bool | None = None,
 ) -> FastAPI:
     """The app. ``tools``, ``models`` and ``agents`` add to the built-ins and the agents
     file; ``email_sender`` delivers chat sign-in codes (default: to the server log);
-    ``functions`` are the Python callables workflow function blocks may call, by name."""
+    ``functions`` are the Python callables workflow function blocks may call, by name;
+    ``embeddings`` makes knowledge search hybrid (default: if the extra is installed)."""
     settings = settings or Settings()
     model_registry, tool_registry = _registries(settings, models, tools)
     extra_agents = list(agents)
@@ -96,7 +98,11 @@ def create_app(
                     interrupted,
                 )
             supervisor = Supervisor(RunLog(retention=settings.run_retention_seconds))
-            knowledge = Knowledge(KnowledgeStore(store.db), MiniLM())
+            knowledge = Knowledge(
+                KnowledgeStore(store.db),
+                MiniLM(),
+                vectors=embeddings_installed() if embeddings is None else embeddings,
+            )
             manager = RunManager(
                 store=store,
                 supervisor=supervisor,

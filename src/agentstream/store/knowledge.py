@@ -1,20 +1,27 @@
-"""Knowledge bases, their documents and embedded chunks, and the context handlers (the
-citations) that knowledge searches leave behind."""
+"""Knowledge bases, their documents and chunks (ranked by full text in the database, see
+``full_text``), and the context handlers (the citations) that knowledge searches leave
+behind."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import (
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.errors import Conflict
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
+from agentstream.store.full_text import full_text_ranking, query_words
 from agentstream.store.tables import (
     ChunkRow,
     ContextHandlerRow,
@@ -63,7 +70,8 @@ class NewChunk:
     end: int
     page: int | None
     text: str
-    embedding: bytes
+    embedding: bytes | None
+    """Its vector (little-endian float32), or None where the ``embeddings`` extra is missing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +89,8 @@ class Citation:
     start: int
     end: int
     score: float
-    """Cosine similarity to the query, from -1 to 1."""
+    """Its reciprocal rank fusion score: the sum of ``1 / (60 + rank)`` over the rankings
+    that found it (full text, and vectors with the ``embeddings`` extra); higher is better."""
     text: str
 
 
@@ -220,8 +229,9 @@ class KnowledgeStore:
             ).first()
         return None if row is None else (row.embedding_model, row.revision)
 
-    async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes]] | None:
-        """The base's revision, and its chunks' ids and embeddings as of that revision."""
+    async def embeddings(self, kb_id: str) -> tuple[int, list[int], list[bytes | None]] | None:
+        """The base's revision, and its chunks' ids and embeddings as of that revision (None
+        for a chunk stored without one)."""
         async with self._db.session() as db, db.begin():
             revision = await db.scalar(
                 select(KnowledgeBaseRow.revision).where(KnowledgeBaseRow.id == kb_id)
@@ -236,6 +246,37 @@ class KnowledgeStore:
                 )
             ).all()
         return revision, [row.id for row in rows], [row.embedding for row in rows]
+
+    async def texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The text of these chunks, by id (a deleted one is left out)."""
+        async with self._db.session() as db:
+            rows = await db.execute(
+                select(ChunkRow.id, ChunkRow.text).where(ChunkRow.id.in_(chunk_ids))
+            )
+            return {row.id: row.text for row in rows}
+
+    async def set_embeddings(self, embeddings: Mapping[int, bytes]) -> None:
+        """Store vectors, by chunk id, for chunks stored without one. The chunks themselves
+        are unchanged, so the base's revision is too (and another process computing the
+        same vectors at the same time writes the same bytes)."""
+        if not embeddings:
+            return
+        async with self._db.write() as db:
+            await db.execute(
+                update(ChunkRow), [{"id": i, "embedding": v} for i, v in embeddings.items()]
+            )
+
+    async def full_text(self, kb_ids: Sequence[str], query: str, *, limit: int) -> list[int]:
+        """Ids of the chunks of these bases that share words with the query, best first."""
+        words = query_words(query)
+        if not words:
+            return []
+        async with self._db.session() as db:
+            ranked = full_text_ranking(db.get_bind().dialect.name, words)
+            rows = await db.scalars(
+                ranked.where(ChunkRow.knowledge_base_id.in_(kb_ids)).limit(limit)
+            )
+            return list(rows)
 
     async def passages(self, chunk_ids: Sequence[int]) -> dict[int, tuple[ChunkRow, str]]:
         """Chunks by id, each with its document's name."""

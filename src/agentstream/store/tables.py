@@ -207,7 +207,12 @@ class DocumentRow(Base):
 
 
 class ChunkRow(Base):
-    """A passage of a document with its embedding (float32, unit length)."""
+    """A passage of a document with its embedding (float32, unit length).
+
+    Its text is also indexed for full-text search, outside this model because the two
+    databases differ (migration 0010): the FTS5 table ``kb_chunks_fts`` on SQLite, the
+    generated column ``search_vector`` on PostgreSQL.
+    """
 
     __tablename__ = "kb_chunks"
 
@@ -223,7 +228,9 @@ class ChunkRow(Base):
     end: Mapped[int] = mapped_column(Integer)
     page: Mapped[int | None] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)
-    embedding: Mapped[bytes] = mapped_column(LargeBinary)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """None when stored without the ``embeddings`` extra; computed at its base's next search
+    with it."""
 
 
 class ContextHandlerRow(Base):
