@@ -262,13 +262,18 @@ def page() -> Iterator[Any]:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import ConsoleMessage, sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page()
         refused: list[str] = []  # what the pages' Content-Security-Policy blocked: nothing
-        page.on("console", lambda m: refused.append(m.text) if "Security Policy" in m.text else 0)
+
+        def on_console(message: ConsoleMessage) -> None:
+            if "Security Policy" in message.text:
+                refused.append(message.text)
+
+        page.on("console", on_console)
         yield page
         browser.close()
         assert not refused, refused

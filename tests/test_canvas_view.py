@@ -4,7 +4,7 @@ workflow event, order, the PII redaction rule, tool secrecy and the thinking cap
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -19,6 +19,7 @@ from agentstream.events import (
     BlockOutput,
     BlockSkipped,
     BlockStarted,
+    Event,
     Reasoning,
     ReasoningDelta,
     RunCompleted,
@@ -32,6 +33,7 @@ from agentstream.events import (
 )
 from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
+from agentstream.runtime.blocks import RuntimeAgentRunner
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.executions import terminal
@@ -40,7 +42,7 @@ from agentstream.server.streams import encode_events
 from agentstream.sse import SSEDecoder
 from agentstream.views.canvas import CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP
-from agentstream.workflows import RuntimeAgentRunner, WorkflowEngine, parse_workflow
+from agentstream.workflows import WorkflowEngine, parse_workflow
 
 EXE = "wfx_1"
 TS = 1_700_000_000.25
@@ -53,12 +55,12 @@ class Events:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, kind: type[BaseEvent], **fields: Any) -> BaseEvent:
+    def __call__(self, kind: type[BaseEvent], **fields: Any) -> Event:
         self.seq += 1
-        return kind(run_id=EXE, seq=self.seq, ts=TS, **fields)
+        return cast(Event, kind(run_id=EXE, seq=self.seq, ts=TS, **fields))
 
 
-def render(events: list[BaseEvent], policy: CanvasPolicy | None = None) -> list[Any]:
+def render(events: list[Event], policy: CanvasPolicy | None = None) -> list[Any]:
     view = CanvasView(workflow_id="wf", policy=policy)
     return [frame for event in events for frame in view.frames(event)]
 
@@ -74,7 +76,7 @@ def frame(kind: str, seq: int, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[BaseEvent]:
+def agent_block(e: Events, block_id: str, *, answer: str = "Hi there") -> list[Event]:
     """A live agent block: preamble text retracted, a tool call, thinking, then the answer."""
     return [
         e(BlockStarted, block_id=block_id, block_type="agent"),
@@ -394,10 +396,10 @@ async def test_a_real_execution_assembles_each_blocks_text_and_keeps_tool_argume
     runner = RuntimeAgentRunner(
         models=ModelRegistry(load_catalog()), tools=ToolRegistry(BUILTIN_TOOLS), agents=find
     )
-    events: list[BaseEvent] = []
+    events: list[Event] = []
 
     async def sink(event: BaseEvent) -> None:
-        events.append(event)
+        events.append(cast(Event, event))  # the runtime makes only the union's events
 
     ctx = RunContext(EXE, sink=sink)
     with anyio.fail_after(10):

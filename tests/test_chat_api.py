@@ -245,7 +245,7 @@ def test_a_malformed_access_cookie_is_no_cookie(live: LiveServer) -> None:
     deploy(live, slug="cookie-mail", access="email", allowed_emails=["@example.com"])
     for slug in ("cookie-pw", "cookie-mail"):
         for token in (b".\xb2.x", b"." + b"9" * 5000 + b"." + b"a" * 64):
-            cookie = {"Cookie": b"agentstream_chat_" + slug.encode() + b"=" + token}
+            cookie = {b"Cookie": b"agentstream_chat_" + slug.encode() + b"=" + token}
             with httpx.Client(base_url=live.url, timeout=10, headers=cookie) as client:
                 info = client.get(f"/api/chat/{slug}")
                 message = client.post(f"/api/chat/{slug}", json={"input": "hi"})

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
 
 playwright = pytest.importorskip("playwright.sync_api")
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 
 RECORD_ANSWERS = """
@@ -31,7 +34,7 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def test_streams_the_answer_with_thinking_and_tools(
-    paced: LiveServer, page: playwright.Page, tmp_path: Path
+    paced: LiveServer, page: Page, tmp_path: Path
 ) -> None:
     requests: list[dict[str, str]] = []
     page.on("request", lambda r: requests.append(r.headers) if r.method == "POST" else None)
@@ -61,7 +64,7 @@ def test_streams_the_answer_with_thinking_and_tools(
 
 
 def test_a_workflow_deployment_shows_its_blocks_one_after_the_other(
-    paced: LiveServer, page: playwright.Page
+    paced: LiveServer, page: Page
 ) -> None:
     page.add_init_script(RECORD_ANSWERS)
     page.goto(f"{paced.url}/chat/two-questions")
@@ -79,7 +82,7 @@ def test_a_workflow_deployment_shows_its_blocks_one_after_the_other(
     assert "The answer is 391." in states, "the clock block's reset kept the first block's text"
 
 
-def test_text_arrives_token_by_token(paced: LiveServer, page: playwright.Page) -> None:
+def test_text_arrives_token_by_token(paced: LiveServer, page: Page) -> None:
     page.goto(f"{paced.url}/chat/your-slug")
     page.fill("#input", "Write 60 words")
     page.press("#input", "Enter")
@@ -89,7 +92,7 @@ def test_text_arrives_token_by_token(paced: LiveServer, page: playwright.Page) -
     playwright.expect(answer).to_contain_text("word60")
 
 
-def test_stop_aborts_mid_stream(paced: LiveServer, page: playwright.Page) -> None:
+def test_stop_aborts_mid_stream(paced: LiveServer, page: Page) -> None:
     page.goto(f"{paced.url}/chat/your-slug")
     page.fill("#input", "Write 400 words")
     page.press("#input", "Enter")
@@ -106,7 +109,7 @@ def test_stop_aborts_mid_stream(paced: LiveServer, page: playwright.Page) -> Non
     assert (run["status"], run["error"]) == ("cancelled", "Client cancelled request")
 
 
-def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: playwright.Page) -> None:
+def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: Page) -> None:
     with paced.client() as client:
         client.post(
             "/api/chat-deployments",
@@ -134,12 +137,12 @@ def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: playwr
     playwright.expect(page.locator(".assistant .answer").last).to_contain_text("Hi!")
 
 
-def test_unknown_chat_shows_a_readable_error(paced: LiveServer, page: playwright.Page) -> None:
+def test_unknown_chat_shows_a_readable_error(paced: LiveServer, page: Page) -> None:
     page.goto(f"{paced.url}/chat/nowhere")
     playwright.expect(page.locator("#status")).to_have_text("No chat deployment 'nowhere'")
 
 
-def test_an_answer_waiting_for_approval_shows_so(paced: LiveServer, page: playwright.Page) -> None:
+def test_an_answer_waiting_for_approval_shows_so(paced: LiveServer, page: Page) -> None:
     with paced.client() as client:
         agent = {"id": "careful", "tools": ["calculator"], "approval_required": ["calculator"]}
         assert client.post("/api/agents", json=agent).status_code == 201

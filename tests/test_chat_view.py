@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentstream.agents import AgentSpec
-from agentstream.events import BaseEvent, RunCompleted
+from agentstream.events import BaseEvent, Event, RunCompleted
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -94,11 +94,11 @@ class _NoStore:
         pass
 
 
-def canonical_events(turns: list[Turn]) -> list[BaseEvent]:
+def canonical_events(turns: list[Turn]) -> list[Event]:
     """Run the real agent loop on the scripted turns and collect what it emits."""
     log = RunLog()
 
-    async def go() -> list[BaseEvent]:
+    async def go() -> list[Event]:
         log.open("run")
         subscription = log.subscribe("run")
         ctx = RunContext("run", log=log, store=_NoStore())  # type: ignore[arg-type]
@@ -253,7 +253,7 @@ def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
         assert not any("PRE" in f for f in wire), "no provisional text for settled clients"
 
 
-def paused_run() -> list[BaseEvent]:
+def paused_run() -> list[Event]:
     from agentstream.events import ApprovalRequested, RunPaused, ToolCall
 
     common: dict[str, Any] = {"run_id": "r", "ts": 0}

@@ -4,13 +4,14 @@ the other, with the public chat's rules (header, toggles, no tool arguments)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from agentstream.events import (
     BaseEvent,
     BlockCompleted,
     BlockOutput,
     BlockStarted,
+    Event,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -23,11 +24,13 @@ from agentstream.events import (
 from agentstream.views.chat import ChatPolicy, ChatView
 from conftest import LiveServer, read_events
 
-META = {"run_id": "wfx_1", "ts": 0.0}
+META: dict[str, Any] = {"run_id": "wfx_1", "ts": 0.0}
 
 
-def events(*made: tuple[type[BaseEvent], dict[str, Any]]) -> list[BaseEvent]:
-    return [kind(**META, seq=seq, **fields) for seq, (kind, fields) in enumerate(made, 1)]
+def events(*made: tuple[type[BaseEvent], dict[str, Any]]) -> list[Event]:
+    return [
+        cast(Event, kind(**META, seq=seq, **fields)) for seq, (kind, fields) in enumerate(made, 1)
+    ]
 
 
 # Two output blocks in parallel: "b" streams while "a" is still going, and "a" retracts a
@@ -56,7 +59,7 @@ PARALLEL = events(
 )  # fmt: skip
 
 
-def render(policy: ChatPolicy, stream: list[BaseEvent]) -> list[dict[str, Any]]:
+def render(policy: ChatPolicy, stream: list[Event]) -> list[dict[str, Any]]:
     view = ChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
     return [frame for event in stream for frame in view.frames(event)]
 

@@ -198,7 +198,9 @@ def test_postgresql_urls_get_their_async_driver(postgres_url: str, tmp_path: Pat
 
 def previous_and_head() -> tuple[str, str]:
     script = ScriptDirectory(str(MIGRATIONS))
-    head = script.get_revision(script.get_current_head())
+    current = script.get_current_head()
+    assert current is not None
+    head = script.get_revision(current)
     assert head is not None
     assert isinstance(head.down_revision, str)
     return head.down_revision, head.revision

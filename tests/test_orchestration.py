@@ -324,8 +324,9 @@ def test_cancel_stops_every_entity(live: LiveServer) -> None:
         assert rest.status_code == 204, "the entity's run has nothing more to stream"
 
 
-def frames_of(response: httpx.Response) -> Iterator[Frame]:
-    """The frames of a streaming response, as they arrive."""
+def frames_of(response: httpx.Response) -> Iterator[Any]:
+    """The frames of a streaming response, as they arrive: each a ``Frame``, but for the
+    closing ``"[DONE]"`` of the chat protocols."""
     decoder = SSEDecoder()
     for chunk in response.iter_bytes():
         for sse in decoder.feed(chunk):

@@ -40,7 +40,7 @@ from conftest import (
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
     """A long answer, for cancelling mid-stream."""
-    return [TextPart(f" word{i}") for i in range(10_000)] + [TurnEndPart("end_turn")]
+    return [*(TextPart(f" word{i}") for i in range(10_000)), TurnEndPart("end_turn")]
 
 
 TALKER = ScriptedModel("talker", chatter, delay=0.01)

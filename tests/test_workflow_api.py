@@ -932,8 +932,8 @@ async def test_a_start_cancelled_once_recorded_still_runs_the_execution_to_a_tru
                 events = [event async for event in following]
         assert isinstance(events[-1], RunFailed)
         assert events[-1].status == "cancelled"
-        record = await workflows.get_execution(record.id)
-        assert record is not None
-        assert record.status == "cancelled"
+        stored = await workflows.get_execution(record.id)
+        assert stored is not None
+        assert stored.status == "cancelled"
     finally:
         await store.close()

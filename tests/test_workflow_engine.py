@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -14,7 +14,7 @@ import pytest
 
 from agentstream.agents import AgentSpec
 from agentstream.errors import NotFound
-from agentstream.events import BaseEvent, TextDelta, Usage
+from agentstream.events import BaseEvent, Event, RunCompleted, RunFailed, TextDelta, Usage
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -29,6 +29,7 @@ from agentstream.providers.base import (
 from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ModelRegistry
 from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.blocks import RuntimeAgentRunner
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.executions import terminal
@@ -36,7 +37,6 @@ from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.workflows import (
     AgentEvents,
     ExecutionResult,
-    RuntimeAgentRunner,
     Workflow,
     WorkflowEngine,
     WorkflowInvalid,
@@ -58,16 +58,16 @@ class Recorder:
     """An event sink that keeps everything, and can wake a test when an event arrives."""
 
     def __init__(self) -> None:
-        self.events: list[BaseEvent] = []
-        self._watchers: list[tuple[Callable[[BaseEvent], bool], anyio.Event]] = []
+        self.events: list[Event] = []
+        self._watchers: list[tuple[Callable[[Event], bool], anyio.Event]] = []
 
     async def __call__(self, event: BaseEvent) -> None:
-        self.events.append(event)
+        self.events.append(cast(Event, event))  # the runtime makes only the union's events
         for matches, seen in self._watchers:
-            if matches(event):
+            if matches(self.events[-1]):
                 seen.set()
 
-    def watch(self, matches: Callable[[BaseEvent], bool]) -> anyio.Event:
+    def watch(self, matches: Callable[[Event], bool]) -> anyio.Event:
         seen = anyio.Event()
         self._watchers.append((matches, seen))
         return seen
@@ -188,7 +188,9 @@ async def test_diamond_runs_its_parallel_pair_concurrently_and_completes_last() 
     assert seq["block_started", "join"] > seq["block_completed", "right"]
     assert recorder.types()[-1] == "run_completed"
     assert result == ExecutionResult("completed", result="left says hi | right says hi")
-    assert recorder.events[-1].result == "left says hi | right says hi"
+    last = recorder.events[-1]
+    assert isinstance(last, RunCompleted)
+    assert last.result == "left says hi | right says hi"
 
 
 async def test_a_chain_runs_in_order_with_outputs_before_completion() -> None:
@@ -261,6 +263,7 @@ async def test_a_failing_block_short_circuits_the_workflow() -> None:
     assert recorder.types("slow") == ["block_started"]  # cancelled, never completed
     assert recorder.types("after") == []
     last = recorder.events[-1]
+    assert isinstance(last, RunFailed)
     assert (last.type, last.status) == ("run_failed", "error")
     assert (last.failed_block, last.message) == (
         "bad",

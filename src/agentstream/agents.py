@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -20,7 +22,14 @@ from agentstream.deployments import DeploymentCreate, reject_null
 from agentstream.inputs import InputModel
 from agentstream.yamlfile import YamlFile, read_yaml
 
-__all__ = ["AgentId", "AgentSpec", "AgentUpdate", "Definitions", "load_definitions"]
+__all__ = [
+    "AgentId",
+    "AgentSpec",
+    "AgentUpdate",
+    "Definitions",
+    "StoredAgent",
+    "load_definitions",
+]
 
 AgentId = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,99}$"), Field(examples=["demo"])
@@ -87,6 +96,16 @@ class AgentSpec(InputModel):
         return AgentSpec.model_validate(
             {**self.model_dump(), **update.model_dump(exclude_unset=True)}
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAgent:
+    """An agent as saved: its spec at this version. Runs pin it (the version they ran)."""
+
+    spec: AgentSpec
+    version: int
+    created_at: datetime
+    updated_at: datetime
 
 
 class Definitions(InputModel):

@@ -3,6 +3,9 @@
 Each call keeps what it retrieved as a context handler and says so mid-run with
 ``context_handler_created``, so a client can open the citation panel while the answer is
 still streaming; the passages are numbered as the answer cites them.
+
+A tool like any other: the server hands it to the run manager, so the runtime knows nothing
+of knowledge bases.
 """
 
 from __future__ import annotations

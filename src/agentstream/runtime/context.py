@@ -9,17 +9,17 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
 from agentstream.events import BaseEvent, RunFailed, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
+from agentstream.runtime.ports import EventStore
 
 __all__ = [
     "EventSink",
-    "EventStore",
     "RunContext",
     "RunSink",
     "ToolCallScope",
@@ -33,15 +33,6 @@ E = TypeVar("E", bound=BaseEvent)
 EventSink = Callable[[BaseEvent], Awaitable[None]]
 """Takes a run's events once stamped, one at a time and in seq order. Another sink than the
 run's own (``RunSink``) lets the agent loop run for someone else, e.g. a workflow block."""
-
-
-class EventStore(Protocol):
-    """What a run's emitter needs of the store: its persisted events, and a last resort
-    when recording its outcome failed."""
-
-    async def append_event(self, event: BaseEvent) -> None: ...
-
-    async def mark_failed(self, run_id: str, error: str) -> None: ...
 
 
 class RunSink:

@@ -15,8 +15,8 @@ from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.events import RunCompleted, RunFailed
 from agentstream.runtime.context import RunContext
+from agentstream.runtime.ports import ExecutionStore
 from agentstream.runtime.supervisor import Stopped, Supervisor
-from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.engine import ExecutionResult, WorkflowEngine
 
@@ -30,7 +30,7 @@ class ExecutionManager:
         self,
         *,
         engine: WorkflowEngine,
-        store: WorkflowStore,
+        store: ExecutionStore,
         supervisor: Supervisor,
         timeout_seconds: float,
     ) -> None:

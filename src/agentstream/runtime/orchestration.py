@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import anyio
 
-from agentstream.agents import AgentSpec
+from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.errors import NotFound, RunError, UserError
 from agentstream.events import (
     BaseEvent,
@@ -33,12 +33,8 @@ from agentstream.events import (
     TextDelta,
 )
 from agentstream.runtime.context import RunContext
+from agentstream.runtime.ports import AgentLookup, Runs
 from agentstream.runtime.tools import Tool
-from agentstream.store import Store
-from agentstream.store.store import StoredAgent
-
-if TYPE_CHECKING:
-    from agentstream.runtime.runs import RunManager
 
 __all__ = ["EntityFailed", "RunEnding", "delegate_tools", "follow_run", "resolve_entities"]
 
@@ -53,7 +49,7 @@ class EntityFailed(RunError):
     """An entity's run ended without an answer; the coordinator's model reads why."""
 
 
-async def resolve_entities(store: Store, coordinator: AgentSpec) -> dict[str, StoredAgent]:
+async def resolve_entities(agents: AgentLookup, coordinator: AgentSpec) -> dict[str, StoredAgent]:
     """The coordinator's entities as stored now, pinned for its run.
 
     Refuses an entity that does not exist, and delegations that lead back to the
@@ -61,7 +57,7 @@ async def resolve_entities(store: Store, coordinator: AgentSpec) -> dict[str, St
     """
     entities: dict[str, StoredAgent] = {}
     for entity_id in coordinator.delegates:
-        stored = await store.get_agent(entity_id)
+        stored = await agents.get_agent(entity_id)
         if stored is None:
             raise NotFound(
                 f"Agent {coordinator.id!r} delegates to {entity_id!r}, which does not exist",
@@ -79,19 +75,17 @@ async def resolve_entities(store: Store, coordinator: AgentSpec) -> dict[str, St
             )
         for entity_id in set(spec.delegates) - seen:
             seen.add(entity_id)
-            if (stored := await store.get_agent(entity_id)) is not None:
+            if (stored := await agents.get_agent(entity_id)) is not None:
                 reachable.append(stored.spec)
     return entities
 
 
-def delegate_tools(
-    runs: RunManager, ctx: RunContext, entities: Mapping[str, StoredAgent]
-) -> list[Tool]:
+def delegate_tools(runs: Runs, ctx: RunContext, entities: Mapping[str, StoredAgent]) -> list[Tool]:
     """One tool per entity, delegating from the coordinator's run ``ctx``."""
     return [_delegate_tool(runs, ctx, entity) for entity in entities.values()]
 
 
-def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> Tool:
+def _delegate_tool(runs: Runs, ctx: RunContext, entity: StoredAgent) -> Tool:
     async def delegate(task: Annotated[str, _TASK]) -> str:
         return await _delegate(runs, ctx, entity, task)
 
@@ -105,7 +99,7 @@ def _delegate_tool(runs: RunManager, ctx: RunContext, entity: StoredAgent) -> To
     )
 
 
-async def _delegate(runs: RunManager, ctx: RunContext, entity: StoredAgent, task: str) -> str:
+async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str) -> str:
     started = await runs.start(entity, task)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
     said: list[str] = []  # the entity's text as forwarded, recorded whole in ``EntityText``
@@ -148,7 +142,7 @@ class RunEnding:
 
 
 async def follow_run(
-    runs: RunManager, run_id: str, forward: Callable[[BaseEvent], Awaitable[None]], *, reason: str
+    runs: Runs, run_id: str, forward: Callable[[BaseEvent], Awaitable[None]], *, reason: str
 ) -> RunEnding:
     """Hand each event of a run just started to ``forward`` until the run ends; how it ended.
 
@@ -156,7 +150,7 @@ async def follow_run(
     likely), the run is cancelled for ``reason`` and waited for until it has recorded its
     ending. A run that pauses for an approval is cancelled: nobody would decide on it.
     """
-    subscription = runs.log.subscribe(run_id)
+    subscription = runs.subscribe(run_id)
     last: BaseEvent | None = None
     try:
         while batch := await subscription.next_batch():

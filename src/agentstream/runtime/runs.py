@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import anyio
 
-from agentstream.agents import AgentSpec
+from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.errors import Conflict, NotFound, RunError, UserError
 from agentstream.events import (
     BaseEvent,
@@ -29,10 +29,9 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.knowledge.service import Knowledge
-from agentstream.knowledge.tool import knowledge_search_tool
 from agentstream.providers.base import Model
 from agentstream.providers.registry import ModelRegistry
+from agentstream.runlog import LogSubscription
 from agentstream.runtime.agent import (
     AgentAnswer,
     AgentState,
@@ -43,22 +42,15 @@ from agentstream.runtime.agent import (
 )
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.orchestration import delegate_tools, resolve_entities
+from agentstream.runtime.ports import AgentRunStore, StartedRun
 from agentstream.runtime.supervisor import Stopped, Supervisor, internal_error
 from agentstream.runtime.tools import Tool, ToolRegistry
-from agentstream.store import Store
-from agentstream.store.store import StoredAgent
 
-__all__ = ["RunManager", "StartedRun", "check_agent"]
+__all__ = ["RunManager", "check_agent"]
 
 logger = logging.getLogger(__name__)
 
 RunStatus = Literal["completed", "awaiting_approval"] | FailureStatus
-
-
-@dataclass(frozen=True, slots=True)
-class StartedRun:
-    run_id: str
-    session_id: str
 
 
 @dataclass(slots=True)
@@ -75,18 +67,20 @@ class RunManager:
     def __init__(
         self,
         *,
-        store: Store,
+        store: AgentRunStore,
         supervisor: Supervisor,
         models: ModelRegistry,
         tools: ToolRegistry,
-        knowledge: Knowledge | None = None,
+        knowledge_search: Callable[[Sequence[str]], Tool] | None = None,
     ) -> None:
+        """``knowledge_search`` makes the ``knowledge_search`` tool for an agent's knowledge
+        bases (``agentstream.knowledge.tool``); None: this server has no knowledge bases."""
         self.store = store
         self.supervisor = supervisor
         self.log = supervisor.log
         self.models = models
         self.tools = tools
-        self.knowledge = knowledge
+        self.knowledge_search = knowledge_search
         self._by_session: dict[str, _Claim] = {}
 
     async def start(
@@ -254,8 +248,8 @@ class RunManager:
             usage=usage,
         )
         tools = [*self.tools.select(spec.tools), *delegate_tools(self, ctx, entities)]
-        if spec.knowledge_bases and self.knowledge is not None:
-            tools.append(knowledge_search_tool(self.knowledge, spec.knowledge_bases))
+        if spec.knowledge_bases and self.knowledge_search is not None:
+            tools.append(self.knowledge_search(spec.knowledge_bases))
         self.log.open(run_id, after=seq)
         if first is not None:
             ctx.publish(first)
@@ -276,7 +270,7 @@ class RunManager:
 
     def check_agent(self, spec: AgentSpec) -> None:
         """Refuse an agent whose model or tools this server does not have."""
-        check_agent(spec, self.models, self.tools, knowledge=self.knowledge is not None)
+        check_agent(spec, self.models, self.tools, knowledge=self.knowledge_search is not None)
 
     async def forget_session(self, session_id: str) -> bool:
         """Delete a session with its runs; holds the session meanwhile, so no run starts in
@@ -291,6 +285,10 @@ class RunManager:
             return await self.store.delete_session(session_id)
         finally:
             self._release(session_id, hold)
+
+    def subscribe(self, run_id: str) -> LogSubscription:
+        """Follow a run just started (or continued) from its first event."""
+        return self.log.subscribe(run_id)
 
     def cancel(self, run_id: str, reason: str = "Run cancelled") -> anyio.Event | None:
         """Stop a live run. Returns the event set once it has ended, or None if the run is

@@ -8,14 +8,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from agentstream.agents import AgentSpec, AgentUpdate
+from agentstream.agents import AgentSpec, AgentUpdate, StoredAgent
 from agentstream.errors import Conflict, NotFound
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
 from agentstream.server.streams import native, stream_started
 from agentstream.server.validation import MessageText
-from agentstream.store.store import StoredAgent
 
 __all__ = ["agent_or_404", "router"]
 

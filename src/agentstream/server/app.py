@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -16,10 +17,12 @@ from agentstream.datadir import make_private
 from agentstream.errors import NotFound
 from agentstream.knowledge.embedding import MiniLM, embeddings_installed
 from agentstream.knowledge.service import Knowledge
+from agentstream.knowledge.tool import knowledge_search_tool
 from agentstream.providers.base import Model
 from agentstream.providers.catalog import load_catalog
 from agentstream.providers.registry import ClientOptions, ModelRegistry
 from agentstream.runlog import RunLog
+from agentstream.runtime.blocks import RuntimeAgentRunner, RuntimeOrchestrationRunner
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.executions import ExecutionManager
 from agentstream.runtime.runs import RunManager
@@ -44,12 +47,7 @@ from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
 from agentstream.store.workflows import WorkflowStore
-from agentstream.workflows import (
-    RuntimeAgentRunner,
-    RuntimeOrchestrationRunner,
-    SafeHttpClient,
-    WorkflowEngine,
-)
+from agentstream.workflows import SafeHttpClient, WorkflowEngine
 
 __all__ = ["check_config", "create_app"]
 
@@ -108,13 +106,13 @@ def create_app(
                 supervisor=supervisor,
                 models=model_registry,
                 tools=tool_registry,
-                knowledge=knowledge,
+                knowledge_search=functools.partial(knowledge_search_tool, knowledge),
             )
             engine = WorkflowEngine(
                 agents=RuntimeAgentRunner(
                     models=model_registry, tools=tool_registry, agents=saved_agent(store)
                 ),
-                orchestrations=RuntimeOrchestrationRunner(manager),
+                orchestrations=RuntimeOrchestrationRunner(manager, agents=store),
                 functions=functions,
                 http=SafeHttpClient(allow=settings.workflow_http_allow),
             )

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from limits import RateLimitItem
 from pydantic import BaseModel, Field
 
+from agentstream.agents import StoredAgent
 from agentstream.deployments import (
     DeploymentSettings,
     email_allowed,
@@ -46,7 +47,7 @@ from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streams import stream_started
 from agentstream.server.validation import MessageText
-from agentstream.store.store import StoredAgent, StoredDeployment
+from agentstream.store.store import StoredDeployment
 from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
 from agentstream.workflows import parse_workflow
 

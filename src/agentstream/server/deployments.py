@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel
 
+from agentstream.agents import StoredAgent
 from agentstream.deployments import (
     DeploymentCreate,
     DeploymentSettings,
@@ -21,7 +22,7 @@ from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
 from agentstream.server.workflows import workflow_or_404
-from agentstream.store.store import DeployedWorkflow, StoredAgent, StoredDeployment
+from agentstream.store.store import DeployedWorkflow, StoredDeployment
 from agentstream.store.workflows import definition_json
 
 __all__ = ["deploy", "deployment_or_404", "router"]

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, delete, event, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agentstream.agents import AgentSpec
+from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
 from agentstream.events import INTERRUPTED, BaseEvent, Event, Usage
@@ -47,7 +47,6 @@ __all__ = [
     "PausedRun",
     "RunRecord",
     "Store",
-    "StoredAgent",
     "StoredDeployment",
     "sqlite_file",
 ]
@@ -66,14 +65,6 @@ class ApiKey:
     id: int
     name: str
     created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class StoredAgent:
-    spec: AgentSpec
-    version: int
-    created_at: datetime
-    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

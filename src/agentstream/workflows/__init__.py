@@ -14,8 +14,6 @@ from agentstream.workflows.runners import (
     AgentEvents,
     AgentRunner,
     OrchestrationRunner,
-    RuntimeAgentRunner,
-    RuntimeOrchestrationRunner,
 )
 from agentstream.workflows.validation import load_workflow, parse_workflow
 
@@ -28,8 +26,6 @@ __all__ = [
     "ExecutionResult",
     "Issue",
     "OrchestrationRunner",
-    "RuntimeAgentRunner",
-    "RuntimeOrchestrationRunner",
     "SafeHttpClient",
     "Workflow",
     "WorkflowEngine",

@@ -1,0 +1,188 @@
+"""What the runtime needs of the outside world, as small protocols: of persistence (the store
+satisfies them) and, for delegating, of the run manager.
+
+So the runtime imports neither the store (nor SQLAlchemy) nor, from delegation, the manager
+that delegation is part of; ``tests/test_layers.py`` holds it to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from agentstream.agents import StoredAgent
+from agentstream.events import BaseEvent, Usage
+from agentstream.providers.base import Message
+from agentstream.runlog import LogSubscription
+from agentstream.workflows.definition import Workflow
+
+__all__ = [
+    "AgentLookup",
+    "AgentRunStore",
+    "Approval",
+    "EventStore",
+    "ExecutionStore",
+    "PausedRun",
+    "Runs",
+    "StartedRun",
+]
+
+
+class EventStore(Protocol):
+    """What a run's emitter needs of the store: its persisted events, and a last resort
+    when recording its outcome failed."""
+
+    async def append_event(self, event: BaseEvent) -> None: ...
+
+    async def mark_failed(self, run_id: str, error: str) -> None: ...
+
+
+class AgentLookup(Protocol):
+    """Saved agents by id: an orchestration's coordinator and entities."""
+
+    async def get_agent(self, agent_id: str) -> StoredAgent | None: ...
+
+
+class Approval(Protocol):
+    """A tool call's approval as recorded, as far as continuing its run needs it."""
+
+    @property
+    def call_id(self) -> str: ...
+
+    @property
+    def decision(self) -> str:
+        """pending, approved or denied."""
+        ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def decided_by(self) -> str | None: ...
+
+
+class PausedRun(Protocol):
+    """A paused run just claimed for continuing: what it saved, and where it stands."""
+
+    @property
+    def usage(self) -> Usage: ...
+
+    @property
+    def last_seq(self) -> int: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+
+class AgentRunStore(EventStore, AgentLookup, Protocol):
+    """What agent runs need of the store: sessions, the run's record and its outcome,
+    approvals and the state a paused run continues from."""
+
+    async def session_agent(self, session_id: str) -> str | None: ...
+
+    async def session_paused(self, session_id: str) -> bool: ...
+
+    async def history(self, session_id: str) -> Sequence[Message]: ...
+
+    async def delete_session(self, session_id: str) -> bool: ...
+
+    async def create_run(
+        self,
+        *,
+        run_id: str,
+        agent: StoredAgent,
+        session_id: str,
+        new_session: bool,
+        input: str,
+        reasoning_requested: bool,
+        first_event: BaseEvent,
+    ) -> None:
+        """The run, its first event (and its new session): all or nothing."""
+        ...
+
+    async def finish_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        content: str | None,
+        error: str | None,
+        usage: Usage,
+        memory: Sequence[Message],
+        last_event: BaseEvent,
+    ) -> None:
+        """The outcome, its last event and the run's exchange in its session: all or
+        nothing."""
+        ...
+
+    async def last_seq(self, run_id: str) -> int: ...
+
+    async def pause_run(
+        self,
+        run_id: str,
+        *,
+        state: dict[str, Any],
+        usage: Usage,
+        approvals: Sequence[tuple[str, str, dict[str, Any]]],
+        last_event: BaseEvent,
+    ) -> None: ...
+
+    async def approvals(self, run_id: str) -> Sequence[Approval]: ...
+
+    async def paused_state(self, run_id: str) -> dict[str, Any] | None: ...
+
+    async def claim_paused_run(self, run_id: str) -> PausedRun | None: ...
+
+    async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool: ...
+
+    async def decided_paused_runs(self) -> list[str]: ...
+
+
+class ExecutionStore(EventStore, Protocol):
+    """What workflow executions need of the store: the execution's record and outcome."""
+
+    async def create_execution(
+        self,
+        execution_id: str,
+        workflow: Workflow,
+        *,
+        version: int | None,
+        draft: bool,
+        input: Any,
+    ) -> None: ...
+
+    async def finish_execution(
+        self,
+        execution_id: str,
+        *,
+        status: str,
+        result: Any,
+        error: str | None,
+        last_event: BaseEvent,
+    ) -> None:
+        """The outcome with the terminal event: all or nothing."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    run_id: str
+    session_id: str
+
+
+class Runs(Protocol):
+    """What delegating to an agent (an orchestration's entity, an orchestration block's
+    coordinator) needs of the run manager: start its run, follow it, stop it."""
+
+    async def start(self, agent: StoredAgent, message: str) -> StartedRun: ...
+
+    def subscribe(self, run_id: str) -> LogSubscription:
+        """Follow a run just started from its first event."""
+        ...
+
+    def cancel(self, run_id: str, reason: str) -> anyio.Event | None: ...
+
+    async def cancel_paused(self, run_id: str) -> bool: ...
