@@ -29,6 +29,7 @@ from agentstream.runtime.runs import RunManager
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool, ToolRegistry
 from agentstream.server.agents import router as agents_router
+from agentstream.server.api_docs import install_api_docs
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
 from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
@@ -38,6 +39,7 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
 from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
+from agentstream.server.openapi import document_errors
 from agentstream.server.pages import StaticAssets, page
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
@@ -149,6 +151,8 @@ def create_app(
         version=version("agentstream"),
         lifespan=lifespan,
         dependencies=[Depends(check_request)],
+        docs_url=None,  # install_api_docs serves them, with no CDN
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.add_middleware(
@@ -167,6 +171,8 @@ def create_app(
     app.include_router(canvas_router)
     app.include_router(chat_router)
     app.mount("/static", StaticAssets(), name="static")
+    install_api_docs(app)
+    document_errors(app)
 
     @app.get("/chat/{slug}", include_in_schema=False)
     async def chat_page(slug: str) -> FileResponse:
