@@ -8,7 +8,7 @@ from ipaddress import ip_network
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentstream.datadir import open_private, private_directory
@@ -40,6 +40,24 @@ class Settings(BaseSettings):
     a URL that names its driver (``postgresql+asyncpg://``) is kept as it is.
 
     Default: SQLite in ``data_dir``."""
+    redis_url: str | None = None
+    """Cluster mode, e.g. ``redis://host:6379/0``: with a PostgreSQL ``database_url``, the
+    live log of runs (Redis Streams), cancels and chat limits are shared through this Redis,
+    so any number of processes serve any run (docs/deployment.md). Default: one process,
+    all in memory."""
+    redis_prefix: str = Field(default="agentstream", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    """Prefix of every Redis key and channel: several deployments can share one Redis."""
+    log_max_events: int = Field(default=10_000, gt=0)
+    """Cluster mode: the events kept per run in its Redis stream; older ones are trimmed
+    (a viewer resuming before them gets the stored events instead)."""
+    lease_seconds: float = Field(default=15.0, ge=1)
+    """A process that has not renewed its lease for this long is taken for dead: the others
+    end its runs ``interrupted``. Each process renews its lease every third of this."""
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    """On SIGTERM the server takes no new run, and the live ones get this long to finish;
+    those still going then end ``interrupted``."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Server processes on this host (``serve --workers``); more than one is cluster mode."""
     agents_file: Path | None = None
     """A YAML file of agent definitions loaded (created or updated) at start-up."""
     demo: bool = False
@@ -102,6 +120,36 @@ class Settings(BaseSettings):
             return None
         scheme, sep, rest = value.partition("://")
         return f"{_ASYNC_DRIVERS.get(scheme.lower(), scheme)}{sep}{rest}"
+
+    @field_validator("redis_url")
+    @classmethod
+    def _shared_database(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Processes that share a live log must share a database: SQLite is one process's."""
+        if value is None:
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        database = info.data.get("database_url")
+        if database is None or not database.startswith("postgresql"):
+            raise ValueError(
+                "cluster mode needs a PostgreSQL database: set AGENTSTREAM_DATABASE_URL too"
+            )
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_share(cls, value: int, info: ValidationInfo) -> int:
+        if value > 1 and info.data.get("redis_url") is None:
+            raise ValueError(
+                "several workers are cluster mode: set AGENTSTREAM_DATABASE_URL (PostgreSQL)"
+                " and AGENTSTREAM_REDIS_URL"
+            )
+        return value
+
+    @property
+    def cluster(self) -> bool:
+        """Several processes may serve these runs (PostgreSQL and Redis)."""
+        return self.redis_url is not None
 
     @property
     def database(self) -> str:

@@ -11,10 +11,12 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -31,6 +33,7 @@ __all__ = [
     "MessageRow",
     "RunEventRow",
     "RunRow",
+    "ServerProcessRow",
     "SessionRow",
     "WorkflowRow",
 ]
@@ -87,6 +90,24 @@ class MessageRow(Base):
     """What the provider needs replayed (e.g. signed thinking blocks), for the next run."""
 
 
+_LIVE_RUN = text("status IN ('running', 'awaiting_approval')")
+"""A conversation has at most one of these at a time, whichever process started it."""
+
+
+class ServerProcessRow(Base):
+    """A serving process and its lease: while ``lease_until`` (seconds since the epoch) is
+    ahead, its runs are its own; once it has passed, any process ends them."""
+
+    __tablename__ = "server_processes"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    address: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    lease_until: Mapped[float] = mapped_column(Float, index=True)
+
+
 class RunRow(Base):
     """One run of a program: an agent run (``run_…``) or a workflow execution (``wfx_…``).
 
@@ -127,6 +148,19 @@ class RunRow(Base):
     """The saved version that ran; None for a draft."""
     draft: Mapped[bool | None] = mapped_column(Boolean)
     definition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    owner: Mapped[str | None] = mapped_column(String(40), index=True)
+    """The process running it (``ServerProcessRow``); null when none is."""
+
+    __table_args__ = (
+        Index(
+            "runs_one_live_per_session",
+            "session_id",
+            unique=True,
+            sqlite_where=_LIVE_RUN,
+            postgresql_where=_LIVE_RUN,
+        ),
+    )
 
 
 class RunEventRow(Base):
