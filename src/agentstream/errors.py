@@ -7,6 +7,7 @@ AgentstreamError
 │   ├── NotFound         404: no such agent, run, session or deployment
 │   ├── Conflict         409: valid, but not now (e.g. the session is busy)
 │   ├── ModelUnavailable 503: the agent's model cannot run here (e.g. its key is not set)
+│   ├── ShuttingDown     503: this process is draining; another one takes new runs
 │   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
 ├── ConfigError          the configuration is wrong: one line, naming the file and line
 ├── RunError             a run could not produce an answer
@@ -39,6 +40,7 @@ __all__ = [
     "ProviderErrorKind",
     "RunError",
     "ServeRefused",
+    "ShuttingDown",
     "TooManyAttempts",
     "UserError",
 ]
@@ -93,6 +95,20 @@ class ModelUnavailable(UserError):
 
     status_code = 503
     code = "model_unavailable"
+
+
+class ShuttingDown(UserError):
+    """This process is stopping (SIGTERM): it finishes its runs but starts none. Another
+    process of the cluster, or this one restarted, takes the request."""
+
+    status_code = 503
+    code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This server is shutting down; try again (another process takes new runs)",
+            headers={"Retry-After": "1"},
+        )
 
 
 class Conflict(UserError):

@@ -56,8 +56,7 @@ class ExecutionManager:
         A cancel of the caller cannot leave the execution recorded but never started: once
         recorded, it starts, and is cancelled with the caller.
         """
-        if not self.supervisor.running:
-            raise RuntimeError("The supervisor is not running")
+        self.supervisor.admit()
         run_id = f"wfx_{uuid.uuid4().hex}"
         ctx = RunContext(run_id, log=self.supervisor.log, store=self.store)
         execution = self.engine.execution(workflow, ctx)

@@ -100,8 +100,7 @@ class RunManager:
         ``entities`` pins an orchestration's entities (a deployment's); by default they are
         the ones stored now.
         """
-        if not self.supervisor.running:
-            raise RuntimeError("The supervisor is not running")
+        self.supervisor.admit()
         spec = agent.spec
         self.check_agent(spec)  # a pinned snapshot may name what this server no longer has
         new_session = session_id is None
@@ -159,8 +158,7 @@ class RunManager:
         """Continue a paused run once every approval it waits for is decided. False if some
         are still pending, or another request already continued it. Everything that could
         stop it from running is checked before it is claimed, so a refusal leaves it paused."""
-        if not self.supervisor.running:
-            raise RuntimeError("The supervisor is not running")
+        self.supervisor.admit()
         approvals = await self.store.approvals(run_id)
         if any(a.decision == "pending" for a in approvals):
             return False

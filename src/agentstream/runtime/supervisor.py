@@ -18,6 +18,7 @@ from typing import Self, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from agentstream.errors import ShuttingDown
 from agentstream.events import INTERRUPTED, FailureStatus
 from agentstream.runlog import LogSubscription, RunLog
 
@@ -68,6 +69,7 @@ class Supervisor:
         self.log = log
         self._live: dict[str, LiveRun] = {}
         self._group: TaskGroup | None = None
+        self._draining = False
 
     async def __aenter__(self) -> Self:
         self._group = anyio.create_task_group()
@@ -88,9 +90,20 @@ class Supervisor:
         await self._group.__aexit__(kind, exc, tb)
         self._group = None
 
-    @property
-    def running(self) -> bool:
-        return self._group is not None
+    def admit(self) -> None:
+        """Before recording a new run: ``ShuttingDown`` if this process is draining."""
+        if self._group is None:
+            raise RuntimeError("The supervisor is not running")
+        if self._draining:
+            raise ShuttingDown
+
+    async def drain(self, grace: float) -> None:
+        """Stop taking runs (``admit`` refuses) and give the live ones ``grace`` seconds to
+        finish by themselves; leaving the supervisor then interrupts the rest."""
+        self._draining = True
+        with anyio.move_on_after(grace):
+            while self._live:
+                await next(iter(self._live.values())).done.wait()
 
     def launch(
         self,

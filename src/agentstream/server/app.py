@@ -140,6 +140,9 @@ def create_app(
                 if settings.demo:
                     await _demo_key(store, settings)
                 app.state.services = services
+                app.state.drain = functools.partial(
+                    supervisor.drain, settings.shutdown_grace_seconds
+                )
                 yield
         finally:
             await model_registry.aclose()
