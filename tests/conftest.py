@@ -281,12 +281,12 @@ def page() -> Iterator[Any]:
 
 @contextmanager
 def crashable_server(
-    data_dir: Path, database_url: str | None = None
+    data_dir: Path, database_url: str | None = None, *, lease_seconds: float = 15.0
 ) -> Iterator[tuple[LiveServer, Callable[[], None]]]:
     """The demo server in a process of its own, with the ``waiter`` agent (its tool waits
     30 s), and a function that kills it with SIGKILL: a crash, for restart tests."""
     port = free_port()
-    settings = make_settings(data_dir, database_url=database_url)
+    settings = make_settings(data_dir, database_url=database_url, lease_seconds=lease_seconds)
     program = textwrap.dedent(f"""
         import uvicorn
         from pathlib import Path
@@ -298,7 +298,10 @@ def crashable_server(
         from conftest import call_wait_then_answer, wait
         app = create_app(
             Settings(
-                data_dir=Path({str(data_dir)!r}), database_url={database_url!r}, demo=True
+                data_dir=Path({str(data_dir)!r}),
+                database_url={database_url!r},
+                lease_seconds={lease_seconds!r},
+                demo=True,
             ),
             tools=[Tool.from_function(wait)],
             models=[ScriptedModel("scripted-wait", call_wait_then_answer)],

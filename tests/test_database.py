@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.agents import AgentSpec
+from agentstream.errors import Conflict
 from agentstream.events import (
     INTERRUPTED,
     BaseEvent,
@@ -29,7 +30,9 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
+from agentstream.runtime.leases import Leases
 from agentstream.store import Store
+from agentstream.store.processes import ProcessStore
 from agentstream.store.tables import RunEventRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
@@ -37,13 +40,17 @@ from agentstream.workflows import Workflow, parse_workflow
 pytestmark = pytest.mark.anyio
 
 
+OWNER = "prc_test"
+"""The process the runs of these tests belong to (not registered: a dead one)."""
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
-async def create_run(store: Store, run_id: str, session_id: str) -> None:
-    """A run of agent "a" in a new session."""
+async def create_run(store: Store, run_id: str, session_id: str, owner: str = OWNER) -> None:
+    """A run of agent "a" in a new session, executed by ``owner``."""
     agent = await store.get_agent("a") or await store.put_agent(AgentSpec(id="a"))
     first = RunStarted(run_id=run_id, seq=1, ts=time.time(), agent_id="a", session_id=session_id)
     await store.create_run(
@@ -54,6 +61,7 @@ async def create_run(store: Store, run_id: str, session_id: str) -> None:
         input="hi",
         reasoning_requested=False,
         first_event=first,
+        owner=owner,
     )
 
 
@@ -98,7 +106,7 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
             try:
                 await create_run(store, run_id, session_id)
                 outcomes[run_id] = "created"
-            except IntegrityError:
+            except Conflict:  # the session is taken
                 outcomes[run_id] = "refused"
 
         await create("run_0", "ses_taken")
@@ -145,7 +153,7 @@ async def test_runs_of_both_kinds_share_one_table_and_are_told_apart(database_ur
     try:
         await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
         await workflows.create_execution(
-            execution_id, flow("f"), version=None, draft=True, input={"n": 1}
+            execution_id, flow("f"), version=None, draft=True, input={"n": 1}, owner=OWNER
         )
         assert await store.get_run(execution_id) is None
         assert await workflows.get_execution(run_id) is None
@@ -207,7 +215,9 @@ async def test_a_workflows_events_are_kept_and_read_back_unchanged(database_url:
     ]  # fmt: skip
     last = RunFailed(**stamp, seq=8, status="error", message="failed", failed_block="ask")
     try:
-        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        await workflows.create_execution(
+            wfx, flow("f"), version=1, draft=False, input=None, owner=OWNER
+        )
         for event in events:
             await workflows.append_event(event)
         await workflows.finish_execution(
@@ -230,34 +240,45 @@ async def test_a_workflows_events_are_kept_and_read_back_unchanged(database_url:
         await store.close()
 
 
-async def test_a_crash_leaves_runs_of_each_kind_interrupted_by_its_own_path(
+async def test_runs_of_a_dead_process_end_interrupted_once_and_live_ones_are_left(
     database_url: str,
 ) -> None:
     store = await Store.open(database_url)
     workflows = WorkflowStore(store.db)
-    run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
+    processes = ProcessStore(store.db)
+    orphan, wfx, alive = (f"{kind}_{uuid.uuid4().hex}" for kind in ("run", "wfx", "run"))
     try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        await processes.register(
+            "prc_alive", host="h", pid=1, address="a", lease_until=time.time() + 60
+        )
+        await create_run(store, orphan, f"ses_{uuid.uuid4().hex}")  # its owner never registered
+        await create_run(store, alive, f"ses_{uuid.uuid4().hex}", owner="prc_alive")
+        await workflows.create_execution(
+            wfx, flow("f"), version=1, draft=False, input=None, owner=OWNER
+        )
         started = RunStarted(run_id=wfx, seq=1, ts=1.0, workflow_id="f")
         await workflows.append_event(started)
 
-        assert await workflows.interrupt_unfinished() >= 1
-        run = await store.get_run(run_id)
-        assert run is not None
-        assert run.status == "running", "an agent run is not an execution"
-        [first, stopped] = await workflows.execution_events(wfx)
-        assert first == started
-        assert isinstance(stopped, RunFailed)
-        assert (stopped.seq, stopped.status, stopped.message) == (2, "interrupted", INTERRUPTED)
-
-        assert await store.interrupt_unfinished_runs() >= 1
-        [_, failed] = await store.run_events(run_id)
-        assert isinstance(failed, RunFailed)
-        assert (failed.seq, failed.status, failed.message) == (2, "interrupted", INTERRUPTED)
+        me = Leases(processes, "prc_me", lease_seconds=15)
+        assert await me.join("here", alone=False) == 2
+        assert await Leases(processes, "prc_other", lease_seconds=15).sweep() == 0, "once"
+        for run_id in (orphan, wfx):
+            [first, stopped] = await store.runs.events(run_id)
+            assert first.type == "run_started"
+            assert isinstance(stopped, RunFailed)
+            assert (stopped.seq, stopped.status, stopped.message) == (2, "interrupted", INTERRUPTED)
         execution = await workflows.get_execution(wfx)
         assert execution is not None
-        assert execution.error == INTERRUPTED
+        assert (execution.status, execution.error) == ("interrupted", INTERRUPTED)
+        live = await store.get_run(alive)
+        assert live is not None
+        assert live.status == "running", "its process holds its lease"
+
+        # A process that holds the SQLite database knows it is alone: every other is dead.
+        assert await me.sweep(alone=True) == 1
+        live = await store.get_run(alive)
+        assert live is not None
+        assert live.status == "interrupted"
     finally:
         await store.close()
 
@@ -270,7 +291,9 @@ async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
     run_id, wfx = f"run_{uuid.uuid4().hex}", f"wfx_{uuid.uuid4().hex}"
     try:
         await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        await workflows.create_execution(wfx, flow("f"), version=1, draft=False, input=None)
+        await workflows.create_execution(
+            wfx, flow("f"), version=1, draft=False, input=None, owner=OWNER
+        )
         await store.mark_failed(run_id, "lost")
         await workflows.mark_failed(wfx, "lost too")
         run, execution = await store.get_run(run_id), await workflows.get_execution(wfx)

@@ -209,9 +209,11 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
 def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """On SQLite the restarted server owns the database, so it knows at once that the run's
+    process is dead; on PostgreSQL, shared by design, it waits for that process's lease."""
     database_url = request.getfixturevalue("postgres_url") if store == "postgresql" else None
     with (
-        crashable_server(tmp_path, database_url) as (crashed, crash),
+        crashable_server(tmp_path, database_url, lease_seconds=1) as (crashed, crash),
         crashed.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,
     ):
@@ -225,7 +227,7 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     run_id = seen[0]["run_id"]
 
     with serve(crashed.settings) as restarted, restarted.client() as client:
-        run = client.get(f"/api/agents/runs/{run_id}").json()
+        run = wait_for_status(restarted, run_id)
         replay = read_events(client.get(f"/api/agents/runs/{run_id}/stream"))
         last_seen = run["events"][-2]["seq"]  # the tool call, the last event before the crash
         resumed = client.get(

@@ -2,19 +2,54 @@
 order, readable from any seq by any number of viewers.
 
 A run writes here whether or not anyone watches; an HTTP connection only subscribes. This
-is the in-process implementation; a run's stream outlives it for ``retention`` seconds so a
-late or reconnecting viewer still gets the live-only events.
+is the in-process log: viewers in this process read it directly, and a run's stream outlives
+it for ``retention`` seconds so a late or reconnecting viewer still gets the live-only
+events. In cluster mode a ``Mirror`` copies every stream where the other processes read it
+(``agentstream.cluster.redis_log``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Protocol, cast
 
 from agentstream.events import BaseEvent, Event
 
-__all__ = ["LogSubscription", "RunLog"]
+__all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription"]
+
+
+class Subscription(Protocol):
+    """One viewer's cursor into a run's live events, wherever the run executes."""
+
+    @property
+    def starts_after(self) -> int:
+        """Events up to this seq are not in the log (a continued run's earlier part, or
+        events trimmed): the store has the persisted ones."""
+        ...
+
+    @property
+    def ended(self) -> bool:
+        """The run's live part is over: what is left to read is all there is."""
+        ...
+
+    async def next_batch(self) -> list[Event]:
+        """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
+        and everything was read. Safe to cancel."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Mirror(Protocol):
+    """Where this process's streams are copied for other processes: told of each change in
+    order, without waiting (it batches the writes)."""
+
+    def open(self, stream_id: str, *, after: int) -> None: ...
+
+    def append(self, event: Event) -> None: ...
+
+    def close(self, stream_id: str) -> None: ...
 
 
 class _Stream:
@@ -73,25 +108,32 @@ class LogSubscription:
 class RunLog:
     """The live streams of every run in this process, by run id."""
 
-    def __init__(self, *, retention: float = 300.0) -> None:
+    def __init__(self, *, retention: float = 300.0, mirror: Mirror | None = None) -> None:
         self._streams: dict[str, _Stream] = {}
         self._retention = retention
+        self.mirror = mirror
 
     def open(self, stream_id: str, *, after: int = 0) -> None:
         """A (new) live stream, whose first event will follow seq ``after``."""
         self._streams[stream_id] = _Stream(after)
+        if self.mirror is not None:
+            self.mirror.open(stream_id, after=after)
 
     def append(self, event: BaseEvent) -> None:
         """Add an event to its run's stream (open)."""
         stream = self._streams[event.run_id]
         stream.events.append(cast(Event, event))  # the runtime makes only the union's events
         stream.notify()
+        if self.mirror is not None:
+            self.mirror.append(cast(Event, event))
 
     def close(self, stream_id: str) -> None:
         """The stream ended: subscribers drain and stop; the log is dropped after retention."""
         stream = self._streams[stream_id]
         stream.closed = True
         stream.notify()
+        if self.mirror is not None:
+            self.mirror.close(stream_id)
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
     def _drop(self, stream_id: str, stream: _Stream) -> None:

@@ -76,7 +76,12 @@ class ExecutionManager:
 
         with anyio.CancelScope(shield=True):
             await self.store.create_execution(
-                run_id, workflow, version=version, draft=draft, input=inputs
+                run_id,
+                workflow,
+                version=version,
+                draft=draft,
+                input=inputs,
+                owner=self.supervisor.process_id,
             )
             self.supervisor.log.open(run_id)
             self.supervisor.launch(

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 import anyio
 
 from agentstream.agents import StoredAgent
-from agentstream.events import BaseEvent, Usage
+from agentstream.events import BaseEvent, Event, RunFailed, Usage
 from agentstream.providers.base import Message
-from agentstream.runlog import LogSubscription
+from agentstream.runlog import LogSubscription, Subscription
 from agentstream.workflows.definition import Workflow
 
 __all__ = [
@@ -25,7 +25,9 @@ __all__ = [
     "Approval",
     "EventStore",
     "ExecutionStore",
+    "LeaseStore",
     "PausedRun",
+    "Peers",
     "Runs",
     "StartedRun",
 ]
@@ -99,8 +101,10 @@ class AgentRunStore(EventStore, AgentLookup, Protocol):
         input: str,
         reasoning_requested: bool,
         first_event: BaseEvent,
+        owner: str,
     ) -> None:
-        """The run, its first event (and its new session): all or nothing."""
+        """The run, its first event (and its new session): all or nothing. ``owner`` is
+        the process that runs it. ``Conflict`` if the session has a live run already."""
         ...
 
     async def finish_run(
@@ -134,7 +138,7 @@ class AgentRunStore(EventStore, AgentLookup, Protocol):
 
     async def paused_state(self, run_id: str) -> dict[str, Any] | None: ...
 
-    async def claim_paused_run(self, run_id: str) -> PausedRun | None: ...
+    async def claim_paused_run(self, run_id: str, owner: str) -> PausedRun | None: ...
 
     async def cancel_paused_run(self, run_id: str, last_event: BaseEvent) -> bool: ...
 
@@ -152,6 +156,7 @@ class ExecutionStore(EventStore, Protocol):
         version: int | None,
         draft: bool,
         input: Any,
+        owner: str,
     ) -> None: ...
 
     async def finish_execution(
@@ -171,6 +176,48 @@ class ExecutionStore(EventStore, Protocol):
 class StartedRun:
     run_id: str
     session_id: str
+
+
+class LeaseStore(Protocol):
+    """What leases need of the store (``store.processes.ProcessStore``)."""
+
+    async def register(
+        self, process_id: str, *, host: str, pid: int, address: str, lease_until: float
+    ) -> None: ...
+
+    async def renew(self, process_id: str, lease_until: float) -> bool: ...
+
+    async def leave(self, process_id: str) -> None: ...
+
+    async def orphaned(
+        self, process_id: str, *, at: float, alone: bool
+    ) -> list[tuple[str, int]]: ...
+
+    async def interrupt(self, last: RunFailed) -> bool: ...
+
+    async def forget_expired(self, at: float) -> None: ...
+
+
+class Peers(Protocol):
+    """The other processes serving the same runs (cluster mode), as the supervisor needs
+    them."""
+
+    async def subscribe(self, run_id: str, *, after: int) -> Subscription | None:
+        """Follow a run that executes in another process; None if none has it."""
+        ...
+
+    async def cancel(self, run_id: str, reason: str) -> None:
+        """Ask whichever process executes the run to stop it."""
+        ...
+
+    async def last_seq(self, run_id: str) -> int:
+        """The last seq the run's shared live log holds (0 if none)."""
+        ...
+
+    async def seal(self, last: Event) -> None:
+        """Put the terminal event of a run whose process died in its shared live log, and
+        end it there."""
+        ...
 
 
 class Runs(Protocol):

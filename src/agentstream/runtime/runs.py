@@ -144,6 +144,7 @@ class RunManager:
                     input=message,
                     reasoning_requested=reasoning,
                     first_event=started,
+                    owner=self.supervisor.process_id,
                 )
         except BaseException:
             self._release(session_id, claim)
@@ -172,7 +173,7 @@ class RunManager:
         if (previous := self.supervisor.get(run_id)) is not None:  # the pausing task, ending
             with anyio.move_on_after(10):
                 await previous.done.wait()
-        paused = await self.store.claim_paused_run(run_id)
+        paused = await self.store.claim_paused_run(run_id, self.supervisor.process_id)
         if paused is None:
             return False
         decisions = {

@@ -10,6 +10,7 @@ is recorded like any other ending.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -20,7 +21,8 @@ from anyio.abc import TaskGroup
 
 from agentstream.errors import ShuttingDown
 from agentstream.events import INTERRUPTED, FailureStatus
-from agentstream.runlog import LogSubscription, RunLog
+from agentstream.runlog import RunLog, Subscription
+from agentstream.runtime.ports import Peers
 
 __all__ = ["LiveRun", "Stopped", "Supervisor", "internal_error"]
 
@@ -65,8 +67,12 @@ class Supervisor:
     """Launches programs as runs and ends them. Use as an async context manager: leaving it
     interrupts the runs still going and gives them ``SHUTDOWN_GRACE`` seconds to record it."""
 
-    def __init__(self, log: RunLog) -> None:
+    def __init__(self, log: RunLog, *, peers: Peers | None = None) -> None:
+        """``peers``: the other processes serving the same runs, in cluster mode."""
         self.log = log
+        self.peers = peers
+        self.process_id = f"prc_{uuid.uuid4().hex}"
+        """This process, as the owner of the runs it executes (leases)."""
         self._live: dict[str, LiveRun] = {}
         self._group: TaskGroup | None = None
         self._draining = False
@@ -159,10 +165,35 @@ class Supervisor:
     def get(self, run_id: str) -> LiveRun | None:
         return self._live.get(run_id)
 
-    def subscribe(self, run_id: str, *, after: int = 0) -> LogSubscription | None:
-        """Follow a run's events (deltas included) from the first with ``seq > after``; None
-        if it is not in this server's log (it ended a while ago, or ran elsewhere): its
-        persisted events are in the store."""
-        if run_id not in self.log:
-            return None
-        return self.log.subscribe(run_id, after=after)
+    async def subscribe(self, run_id: str, *, after: int = 0) -> Subscription | None:
+        """Follow a run's events (deltas included) from the first with ``seq > after``,
+        whichever process executes it; None if it is in no live log (it ended a while ago):
+        its persisted events are in the store."""
+        if run_id in self.log:
+            return self.log.subscribe(run_id, after=after)
+        if self.peers is not None:
+            return await self.peers.subscribe(run_id, after=after)
+        return None
+
+    async def stop(self, run_id: str, reason: str, *, wait: float) -> bool:
+        """Cancel a live run wherever it executes, and wait (up to ``wait`` seconds) until
+        it has recorded its ending; False if it is live nowhere."""
+        done = self.cancel(run_id, reason)
+        if done is not None:
+            with anyio.move_on_after(wait):
+                await done.wait()
+            return True
+        if self.peers is None:
+            return False
+        last = await self.peers.last_seq(run_id)
+        subscription = await self.peers.subscribe(run_id, after=last)
+        if subscription is None or subscription.ended:
+            return False
+        try:
+            await self.peers.cancel(run_id, reason)
+            with anyio.move_on_after(wait):
+                while await subscription.next_batch():
+                    pass
+        finally:
+            subscription.close()
+        return True

@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
 
+import anyio
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 
 from agentstream.agents import AgentSpec
+from agentstream.cluster import Cluster
 from agentstream.config import Settings, write_private
 from agentstream.datadir import make_private
 from agentstream.errors import NotFound
@@ -25,6 +27,7 @@ from agentstream.runlog import RunLog
 from agentstream.runtime.blocks import RuntimeAgentRunner, RuntimeOrchestrationRunner
 from agentstream.runtime.builtin_tools import BUILTIN_TOOLS
 from agentstream.runtime.executions import ExecutionManager
+from agentstream.runtime.leases import Leases
 from agentstream.runtime.runs import RunManager
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool, ToolRegistry
@@ -48,6 +51,8 @@ from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
+from agentstream.store.processes import ProcessStore
+from agentstream.store.store import sqlite_file
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import SafeHttpClient, WorkflowEngine
 
@@ -87,17 +92,13 @@ def create_app(
             make_private(path)  # an older version left them readable by others
         store = await Store.open(settings.database)
         try:
-            if interrupted := await store.interrupt_unfinished_runs():
-                logger.warning(
-                    "Marked %d run(s) left running by a crash as interrupted", interrupted
-                )
+            cluster = Cluster(settings) if settings.cluster else None
+            log = RunLog(
+                retention=settings.run_retention_seconds,
+                mirror=cluster.log if cluster is not None else None,
+            )
+            supervisor = Supervisor(log, peers=cluster)
             workflows = WorkflowStore(store.db)
-            if interrupted := await workflows.interrupt_unfinished():
-                logger.warning(
-                    "Marked %d workflow execution(s) left running by a crash as interrupted",
-                    interrupted,
-                )
-            supervisor = Supervisor(RunLog(retention=settings.run_retention_seconds))
             knowledge = Knowledge(
                 KnowledgeStore(store.db),
                 MiniLM(),
@@ -124,7 +125,25 @@ def create_app(
                 supervisor=supervisor,
                 timeout_seconds=settings.workflow_timeout_seconds,
             )
-            async with supervisor:
+            leases = Leases(
+                ProcessStore(store.db),
+                supervisor.process_id,
+                lease_seconds=settings.lease_seconds,
+                peers=cluster,
+                each_round=manager.resume_decided,
+            )
+            async with AsyncExitStack() as stack:
+                if cluster is not None:
+                    await stack.enter_async_context(cluster.connected(supervisor.cancel))
+                await leases.join(
+                    f"{settings.host}:{settings.port}",
+                    alone=sqlite_file(settings.database) is not None,
+                )
+                stack.push_async_callback(leases.leave)
+                leasing = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(leasing.cancel_scope.cancel)
+                leasing.start_soon(leases.keep)
+                await stack.enter_async_context(supervisor)
                 services = Services(
                     settings=settings,
                     store=store,

@@ -13,7 +13,7 @@ from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.server.streams import ResumeAfter, follow, native, native_replay, stop
+from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
 from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
@@ -198,9 +198,9 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
     in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
     the next message."""
-    cancelled = await stop(svc.supervisor, run_id, "Run cancelled") or await svc.runs.cancel_paused(
-        run_id
-    )
+    cancelled = await svc.supervisor.stop(
+        run_id, "Run cancelled", wait=STOP_WAIT
+    ) or await svc.runs.cancel_paused(run_id)
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")

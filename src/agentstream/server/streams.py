@@ -1,7 +1,7 @@
 """Runs over SSE, the same way on every surface: the stream of a run just started, following
-or replaying a run from where a client left off, and cancelling one. Routers bring what
-differs (how to start, which view, where the stored events are); whatever supervises runs
-(``runtime.supervisor.Supervisor``) only needs to be ``Runs``.
+or replaying a run from where a client left off (whichever process executes it), and
+cancelling one. Routers bring what differs (how to start, which view, where the stored events
+are); the supervisor (``runtime.supervisor.Supervisor``) knows where runs are.
 
 A stream started by a POST belongs to its client: when the client leaves (or presses Stop),
 the run is cancelled with ``CLIENT_CANCELLED``. It is exactly ``data: <json>`` frames (and
@@ -17,28 +17,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
-import anyio
 from fastapi import Depends, Header, Query
 from starlette.responses import Response
 
 from agentstream import sse
 from agentstream.events import Event
-from agentstream.runlog import LogSubscription
+from agentstream.runlog import Subscription
+from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.streaming import EventStreamResponse
 from agentstream.views.native import frame
 
 __all__ = [
     "CLIENT_CANCELLED",
+    "STOP_WAIT",
     "Render",
     "ResumeAfter",
-    "Runs",
     "encode_events",
     "follow",
     "native",
     "native_replay",
-    "stop",
     "stream_started",
 ]
 
@@ -56,19 +55,8 @@ STOP_WAIT = 10.0
 """How long a cancel request waits for the run to record its ending."""
 
 
-class Runs(Protocol):
-    """What streaming needs of whatever supervises runs (agent runs, workflow executions)."""
-
-    def subscribe(self, run_id: str, /, *, after: int = 0) -> LogSubscription | None:
-        """The run's events from the first with ``seq > after``; None if it is not in this
-        server's live log (its persisted events are in the store)."""
-
-    def cancel(self, run_id: str, reason: str, /) -> anyio.Event | None:
-        """Stop a live run: the event set once it has ended, or None if it is not live here."""
-
-
 def stream_started(
-    runs: Runs,
+    runs: Supervisor,
     run_id: str,
     render: Render,
     *,
@@ -79,8 +67,7 @@ def stream_started(
 ) -> EventStreamResponse:
     """The stream of a run just started, from its first event: ``data:`` lines only, then
     ``trailer``. Disconnecting cancels the run. ``on_end`` as in ``EventStreamResponse``."""
-    subscription = runs.subscribe(run_id)
-    assert subscription is not None  # just started: its log is open
+    subscription = runs.log.subscribe(run_id)  # just started here: its log is open
 
     def cancel() -> None:
         subscription.close()
@@ -109,7 +96,7 @@ ResumeAfter = Annotated[int, Depends(_resume_after)]
 
 
 async def follow(
-    runs: Runs,
+    runs: Supervisor,
     run_id: str,
     persisted: Callable[[], Awaitable[Sequence[Event]]],
     render: Render,
@@ -125,7 +112,7 @@ async def follow(
     Disconnecting only unsubscribes. ``204 No Content`` when there is nothing more, which
     tells an EventSource to stop reconnecting."""
     replay = replay or render
-    live = runs.subscribe(run_id, after=after)
+    live = await runs.subscribe(run_id, after=after)
     pending = b""
     try:
         if live is None or after < live.starts_after:  # stored events before the log's part
@@ -164,19 +151,8 @@ async def follow(
     )
 
 
-async def stop(runs: Runs, run_id: str, reason: str) -> bool:
-    """Cancel a live run and wait (up to ``STOP_WAIT``) until it has recorded its ending;
-    False if it is not live here."""
-    done = runs.cancel(run_id, reason)
-    if done is None:
-        return False
-    with anyio.move_on_after(STOP_WAIT):
-        await done.wait()
-    return True
-
-
 def _chunks(
-    subscription: LogSubscription,
+    subscription: Subscription,
     render: Render,
     *,
     trailer: bytes = b"",

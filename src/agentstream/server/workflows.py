@@ -14,7 +14,7 @@ from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.server.streams import ResumeAfter, follow, stop, stream_started
+from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
 from agentstream.workflows import Workflow, parse_workflow
@@ -216,7 +216,7 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
-    cancelled = await stop(svc.supervisor, execution_id, "Execution cancelled")
+    cancelled = await svc.supervisor.stop(execution_id, "Execution cancelled", wait=STOP_WAIT)
     record = await _record_or_404(svc, execution_id)
     if not cancelled:
         raise Conflict(

@@ -9,13 +9,12 @@ in one transaction at the end. Token deltas never come here.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy import func, select, update
 
-from agentstream.events import BaseEvent, Event, EventAdapter, RunFailed, Usage
+from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
 from agentstream.store.clock import now
 from agentstream.store.database import Database
@@ -107,37 +106,6 @@ class RunStore:
                 select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
             )
         return found or 0
-
-    async def interrupt_unfinished(self, kind: RunKind, message: str) -> int:
-        """Runs of ``kind`` left ``running`` by a crash can never finish: say so, in the
-        record and with the terminal event a server stopping in good order would have
-        written. Runs waiting for approval are not running: they stay paused."""
-        last_seqs = (
-            select(RunRow.id, func.max(RunEventRow.seq))
-            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
-            .where(RunRow.status == "running", RunRow.kind == kind)
-            .group_by(RunRow.id)
-        )
-        async with self._db.write() as db:
-            unfinished = (await db.execute(last_seqs)).all()
-            db.add_all(
-                event_row(
-                    RunFailed(
-                        run_id=run_id,
-                        seq=(last_seq or 0) + 1,
-                        ts=time.time(),
-                        status="interrupted",
-                        message=message,
-                    )
-                )
-                for run_id, last_seq in unfinished
-            )
-            await db.execute(
-                update(RunRow)
-                .where(RunRow.id.in_([run_id for run_id, _ in unfinished]))
-                .values(status="interrupted", error=message, finished_at=now())
-            )
-        return len(unfinished)
 
 
 def event_row(event: BaseEvent) -> RunEventRow:

@@ -20,12 +20,14 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, delete, event, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.datadir import make_private, open_private
 from agentstream.deployments import DeploymentSettings
-from agentstream.events import INTERRUPTED, BaseEvent, Event, Usage
+from agentstream.errors import Conflict
+from agentstream.events import BaseEvent, Event, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
@@ -307,25 +309,33 @@ class Store:
         input: str,
         reasoning_requested: bool,
         first_event: BaseEvent,
+        owner: str,
     ) -> None:
-        """The run, its first event (and its new session): all or nothing."""
-        await self.runs.create(
-            RunRow(
-                id=run_id,
-                kind="agent",
-                agent_id=agent.spec.id,
-                agent_version=agent.version,
-                session_id=session_id,
-                status="running",
-                input=input,
-                reasoning_requested=reasoning_requested,
-                created_at=now(),
-            ),
-            first_event=first_event,
-            session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
-            if new_session
-            else None,
-        )
+        """The run, its first event (and its new session): all or nothing. ``Conflict`` if
+        the session has a live run (another process may have started it)."""
+        try:
+            await self.runs.create(
+                RunRow(
+                    id=run_id,
+                    kind="agent",
+                    agent_id=agent.spec.id,
+                    agent_version=agent.version,
+                    session_id=session_id,
+                    status="running",
+                    input=input,
+                    reasoning_requested=reasoning_requested,
+                    created_at=now(),
+                    owner=owner,
+                ),
+                first_event=first_event,
+                session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
+                if new_session
+                else None,
+            )
+        except IntegrityError:  # the database's one live run per session
+            raise Conflict(
+                f"Session {session_id!r} already has a run in progress", field="session_id"
+            ) from None
 
     async def append_event(self, event: BaseEvent) -> None:
         await self.runs.append(event)
@@ -432,14 +442,14 @@ class Store:
                 )
             )
 
-    async def claim_paused_run(self, run_id: str) -> PausedRun | None:
+    async def claim_paused_run(self, run_id: str, owner: str) -> PausedRun | None:
         """Move a paused run back to ``running`` for whoever continues it; None if someone
         else did (or it is not paused)."""
         async with self.db.write() as db:
             result = await db.execute(
                 update(RunRow)
                 .where(RunRow.id == run_id, RunRow.status == "awaiting_approval")
-                .values(status="running")
+                .values(status="running", owner=owner)
             )
             if not result.rowcount:  # type: ignore[attr-defined]
                 return None
@@ -501,10 +511,6 @@ class Store:
 
     async def last_seq(self, run_id: str) -> int:
         return await self.runs.last_seq(run_id)
-
-    async def interrupt_unfinished_runs(self) -> int:
-        """Agent runs left ``running`` by a crash end as interrupted (``RunStore``)."""
-        return await self.runs.interrupt_unfinished("agent", INTERRUPTED)
 
 
 def _upgrade(connection: Connection) -> None:

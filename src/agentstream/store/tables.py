@@ -150,7 +150,7 @@ class RunRow(Base):
     definition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     owner: Mapped[str | None] = mapped_column(String(40), index=True)
-    """The process running it (``ServerProcessRow``); null when none is."""
+    """The process that runs it, or last ran it (``ServerProcessRow``)."""
 
     __table_args__ = (
         Index(

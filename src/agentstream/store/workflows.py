@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.errors import Conflict
-from agentstream.events import INTERRUPTED, BaseEvent, Event
+from agentstream.events import BaseEvent, Event
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
 from agentstream.store.runs import RunStore
@@ -117,6 +117,7 @@ class WorkflowStore:
         version: int | None,
         draft: bool,
         input: Any,
+        owner: str,
     ) -> None:
         await self._runs.create(
             RunRow(
@@ -129,6 +130,7 @@ class WorkflowStore:
                 status="running",
                 input=input,
                 created_at=now(),
+                owner=owner,
             )
         )
 
@@ -171,10 +173,6 @@ class WorkflowStore:
 
     async def execution_events(self, execution_id: str) -> list[Event]:
         return await self._runs.events(execution_id)
-
-    async def interrupt_unfinished(self) -> int:
-        """Executions left ``running`` by a crash end as interrupted (``RunStore``)."""
-        return await self._runs.interrupt_unfinished("workflow", INTERRUPTED)
 
 
 def _stored(row: WorkflowRow) -> StoredWorkflow:

@@ -1,0 +1,237 @@
+"""The live log shared by the processes of a cluster: one Redis stream per run.
+
+The process that executes a run keeps its in-process log (its own viewers read that, at no
+cost) and mirrors it here, so any other process can follow the run with ``XREAD BLOCK``.
+Entries are keyed by seq (``<seq>-0``), so a viewer resumes from any seq; two markers
+frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
+``<last>-2`` closes it (``end``).
+
+Writes are queued without waiting and sent in pipelined batches by one task per process:
+while a batch is on its way the next one gathers, so a token costs a queue append and a
+share of one round trip. A stream is trimmed to ``max_events`` (about), kept for
+``idle_expiry`` seconds after its last write while the run goes on, and ``retention``
+seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
+(``Subscription.starts_after``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+from pydantic_core import to_json
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from agentstream.events import Event, EventAdapter
+
+__all__ = ["RedisLog", "RedisSubscription"]
+
+logger = logging.getLogger(__name__)
+
+IDLE_EXPIRY = 3600
+"""Seconds a running run's stream is kept after its last write (a process that died
+without anyone ending its runs leaves nothing behind for longer)."""
+
+BATCH = 512
+"""Most operations sent in one round trip."""
+
+BLOCK_MS = 5_000
+"""How long one ``XREAD`` waits before checking that the stream still exists."""
+
+_OPEN, _EVENT, _END = b"open", b"e", b"end"
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+"""A stream entry as redis-py returns it (no decoding): its id and fields."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One queued change of a stream: ``open`` after a seq, ``event``, or ``end``."""
+
+    kind: bytes
+    run_id: str
+    seq: int
+    event: Event | None = None
+
+
+class RedisLog:
+    """Mirrors this process's run streams into Redis and reads any process's back."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str,
+        retention: float,
+        max_events: int,
+    ) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._retention = max(1, round(retention))
+        self._max_events = max_events
+        self._queue: list[_Op] = []
+        self._queued = anyio.Event()
+        self._last: dict[str, int] = {}
+        """The last seq mirrored of each stream open here."""
+
+    def key(self, run_id: str) -> str:
+        return f"{self._prefix}:log:{run_id}"
+
+    # Mirror: called by the in-process log, in order, never waiting.
+
+    def open(self, stream_id: str, *, after: int) -> None:
+        self._last[stream_id] = after
+        self._push(_Op(_OPEN, stream_id, after))
+
+    def append(self, event: Event) -> None:
+        self._last[event.run_id] = event.seq
+        self._push(_Op(_EVENT, event.run_id, event.seq, event))
+
+    def close(self, stream_id: str) -> None:
+        self._push(_Op(_END, stream_id, self._last.pop(stream_id, 0)))
+
+    def _push(self, op: _Op) -> None:
+        self._queue.append(op)
+        self._queued.set()
+
+    async def run(self) -> None:
+        """Send what is queued, batch after batch, until cancelled; while Redis cannot be
+        reached, keep it and try again (in-process viewers carry on meanwhile)."""
+        pause = 0.05
+        while True:
+            await self._queued.wait()
+            try:
+                await self.flush()
+                pause = 0.05
+            except (RedisError, OSError) as exc:
+                logger.warning("Redis is unreachable (%s); the live log waits", exc)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+    async def flush(self) -> None:
+        """Send everything queued so far (in batches); on failure the unsent part stays
+        queued, in order."""
+        while self._queue:
+            batch = self._queue[:BATCH]
+            await self._send(batch)
+            del self._queue[: len(batch)]
+        self._queued = anyio.Event()
+
+    async def _send(self, batch: Sequence[_Op]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        touched: dict[str, int] = {}
+        for op in batch:
+            key = self.key(op.run_id)
+            if op.kind == _OPEN:  # a new part: a continued run starts its stream anew
+                pipe.delete(key)
+                pipe.xadd(key, {_OPEN: op.seq}, id=f"{op.seq}-1")
+            elif op.kind == _EVENT:
+                assert op.event is not None
+                pipe.xadd(
+                    key,
+                    {_EVENT: to_json(op.event)},
+                    id=f"{op.seq}-0",
+                    maxlen=self._max_events,
+                    approximate=True,
+                )
+            else:
+                pipe.xadd(key, {_END: 1}, id=f"{op.seq}-2")
+            touched[key] = self._retention if op.kind == _END else IDLE_EXPIRY
+        for key, seconds in touched.items():
+            pipe.expire(key, seconds)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, RedisError):  # e.g. a stream sealed by another process
+                logger.error("The live log refused a write: %s", result)
+
+    async def subscribe(self, run_id: str, *, after: int) -> RedisSubscription | None:
+        """Follow a run from the first event with ``seq > after``; None if Redis has no
+        stream of it (it never ran in cluster mode, or ended longer ago than retention)."""
+        key = self.key(run_id)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xrange(key, count=1)
+        pipe.xrevrange(key, count=1)
+        first: list[Entry]
+        last: list[Entry]
+        first, last = await pipe.execute()
+        if not first:
+            return None
+        first_id, first_fields = first[0]
+        base = (
+            int(first_fields[_OPEN]) if _OPEN in first_fields else _seq(first_id) - 1
+        )  # an event first: the ones before it were trimmed
+        return RedisSubscription(
+            self._redis,
+            key,
+            after=max(after, base),
+            starts_after=base,
+            ended=_END in last[0][1],
+        )
+
+    async def last_seq(self, run_id: str) -> int:
+        """The seq of the last entry of the run's stream (0 if there is none)."""
+        last = cast(list[Entry], await self._redis.xrevrange(self.key(run_id), count=1))
+        return _seq(last[0][0]) if last else 0
+
+    async def seal(self, last: Event) -> None:
+        """End the stream of a run whose process died: ``last``, its terminal event (with a
+        seq past any of the stream's), then the end marker."""
+        key = self.key(last.run_id)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xadd(key, {_EVENT: to_json(last)}, id=f"{last.seq}-0")
+        pipe.xadd(key, {_END: 1}, id=f"{last.seq}-2")
+        pipe.expire(key, self._retention)
+        await pipe.execute()
+
+
+class RedisSubscription:
+    """A viewer's cursor into a run's Redis stream (the run executes in another process)."""
+
+    def __init__(
+        self, redis: Redis, key: str, *, after: int, starts_after: int, ended: bool
+    ) -> None:
+        self._redis = redis
+        self._key = key
+        self._cursor = f"{after}-0"
+        self._expected = after + 1
+        """Seqs are consecutive in a run's stream: one missing was trimmed away."""
+        self.starts_after = starts_after
+        self.ended = ended
+        self._done = False
+
+    async def next_batch(self) -> list[Event]:
+        """Every entry not yet read, waiting up to ``BLOCK_MS`` at a time for one; ``[]``
+        once the end marker was read, or the stream is gone or has a gap (the viewer
+        reconnects and gets the rest from the store)."""
+        while not self._done:
+            reply: Any = await self._redis.xread({self._key: self._cursor}, block=BLOCK_MS)
+            if not reply:
+                if not await self._redis.exists(self._key):
+                    self._done = self.ended = True
+                continue
+            entries: list[Entry] = reply[0][1]
+            events: list[Event] = []
+            for entry_id, fields in entries:
+                self._cursor = entry_id.decode()
+                if _END in fields:
+                    self._done = self.ended = True
+                    break
+                if _EVENT in fields:
+                    if _seq(entry_id) != self._expected:
+                        self._done = True  # trimmed while this viewer lagged behind
+                        break
+                    self._expected += 1
+                    events.append(EventAdapter.validate_json(fields[_EVENT]))
+            if events:
+                return events
+        return []
+
+    def close(self) -> None:
+        self._done = True
+
+
+def _seq(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])

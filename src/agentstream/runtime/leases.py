@@ -1,0 +1,107 @@
+"""This process's lease on the runs it executes, and the end of runs whose process died.
+
+Every ``lease_seconds / 3`` the process renews its lease and looks for orphaned runs: still
+``running``, owned by a process whose lease ran out (killed, its host gone). Each is ended
+``interrupted`` with its terminal event, stored once whoever finds it, and put in the shared
+live log so its viewers in any process see it end. Its seq comes after anything the run
+wrote, live-only deltas included, so a viewer resuming from its last seq still gets it.
+Paused runs whose approvals were all decided (by a request to a process that was stopping,
+say) are continued here too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from agentstream.events import INTERRUPTED, RunFailed
+from agentstream.runtime.ports import LeaseStore, Peers
+
+__all__ = ["Leases"]
+
+logger = logging.getLogger(__name__)
+
+
+class Leases:
+    def __init__(
+        self,
+        store: LeaseStore,
+        process_id: str,
+        *,
+        lease_seconds: float,
+        peers: Peers | None = None,
+        each_round: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``each_round`` runs after every renewal (continuing decided paused runs)."""
+        self.store = store
+        self.process_id = process_id
+        self.lease_seconds = lease_seconds
+        self.peers = peers
+        self.each_round = each_round
+        self.address = ""
+
+    async def join(self, address: str, *, alone: bool) -> int:
+        """Register this process (listening on ``address``), then end the runs dead
+        processes left; how many. ``alone``: no other process can be alive (this one holds
+        the SQLite database)."""
+        self.address = address
+        await self._register()
+        return await self.sweep(alone=alone)
+
+    async def _register(self) -> None:
+        await self.store.register(
+            self.process_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            address=self.address,
+            lease_until=time.time() + self.lease_seconds,
+        )
+
+    async def keep(self) -> None:
+        """Renew the lease and sweep, every third of a lease, until cancelled."""
+        while True:
+            await anyio.sleep(self.lease_seconds / 3)
+            try:
+                if not await self.store.renew(self.process_id, time.time() + self.lease_seconds):
+                    logger.error(
+                        "This process (%s) was taken for dead: its runs may have been ended"
+                        " by another; is its clock or database slow?",
+                        self.process_id,
+                    )
+                    await self._register()
+                await self.sweep()
+                if self.each_round is not None:
+                    await self.each_round()
+            except Exception:
+                logger.exception("Lease round failed; trying again")
+
+    async def sweep(self, *, alone: bool = False) -> int:
+        """End the runs whose process is dead; how many this process ended."""
+        at = time.time()
+        ended = 0
+        for run_id, last_stored in await self.store.orphaned(self.process_id, at=at, alone=alone):
+            last_live = await self.peers.last_seq(run_id) if self.peers is not None else 0
+            last = RunFailed(
+                run_id=run_id,
+                seq=max(last_stored, last_live) + 1,
+                ts=time.time(),
+                status="interrupted",
+                message=INTERRUPTED,
+            )
+            if await self.store.interrupt(last):
+                ended += 1
+                if self.peers is not None:
+                    await self.peers.seal(last)
+        await self.store.forget_expired(at)
+        if ended:
+            logger.warning("Ended %d run(s) left running by a stopped process", ended)
+        return ended
+
+    async def leave(self) -> None:
+        """Give the lease back (every run of this process has ended)."""
+        await self.store.leave(self.process_id)

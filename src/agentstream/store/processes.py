@@ -1,0 +1,94 @@
+"""Serving processes and their leases, and the runs a dead process left behind.
+
+A process registers itself with a lease and renews it while it lives. A run names the
+process that runs it (``runs.owner``). A run still ``running`` whose owner's lease has run
+out (or that has no owner on record) can never finish: whoever finds it ends it
+``interrupted``, once, with its terminal event. The same rules on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, or_, select, update
+
+from agentstream.events import RunFailed
+from agentstream.store.clock import now
+from agentstream.store.database import Database
+from agentstream.store.runs import event_row
+from agentstream.store.tables import RunEventRow, RunRow, ServerProcessRow
+
+__all__ = ["ProcessStore"]
+
+
+class ProcessStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def register(
+        self, process_id: str, *, host: str, pid: int, address: str, lease_until: float
+    ) -> None:
+        async with self._db.write() as db:
+            db.add(
+                ServerProcessRow(
+                    id=process_id,
+                    host=host,
+                    pid=pid,
+                    address=address,
+                    started_at=now(),
+                    lease_until=lease_until,
+                )
+            )
+
+    async def renew(self, process_id: str, lease_until: float) -> bool:
+        """Extend the lease; False if the process is no longer on record (it was taken for
+        dead)."""
+        async with self._db.write() as db:
+            result = await db.execute(
+                update(ServerProcessRow)
+                .where(ServerProcessRow.id == process_id)
+                .values(lease_until=lease_until)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def leave(self, process_id: str) -> None:
+        async with self._db.write() as db:
+            await db.execute(delete(ServerProcessRow).where(ServerProcessRow.id == process_id))
+
+    async def orphaned(self, process_id: str, *, at: float, alone: bool) -> list[tuple[str, int]]:
+        """Runs still ``running`` that no living process owns, with the seq of their last
+        persisted event. ``alone``: this process knows it is the only one (it holds the
+        SQLite database), so every other owner is dead, lease or not."""
+        living = select(ServerProcessRow.id).where(ServerProcessRow.lease_until >= at)
+        if alone:
+            living = living.where(ServerProcessRow.id == process_id)
+        query = (
+            select(RunRow.id, func.max(RunEventRow.seq))
+            .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
+            .where(
+                RunRow.status == "running",
+                or_(RunRow.owner.is_(None), RunRow.owner.not_in(living)),
+            )
+            .group_by(RunRow.id)
+        )
+        async with self._db.session() as db:
+            return [(run_id, last or 0) for run_id, last in (await db.execute(query)).all()]
+
+    async def interrupt(self, last: RunFailed) -> bool:
+        """End an orphaned run with its terminal event ``last``, in one transaction; False
+        if it is no longer running (another process got there first)."""
+        async with self._db.write() as db:
+            result = await db.execute(
+                update(RunRow)
+                .where(RunRow.id == last.run_id, RunRow.status == "running")
+                .values(
+                    status=last.status, error=last.message, paused_state=None, finished_at=now()
+                )
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                return False
+            db.add(event_row(last))
+        return True
+
+    async def forget_expired(self, at: float) -> None:
+        """Drop the records of processes whose lease ran out (their runs were ended)."""
+        async with self._db.write() as db:
+            await db.execute(delete(ServerProcessRow).where(ServerProcessRow.lease_until < at))
