@@ -51,6 +51,10 @@ class Mirror(Protocol):
 
     def close(self, stream_id: str) -> None: ...
 
+    async def sync(self) -> None:
+        """Wait until the changes told so far are visible to the other processes."""
+        ...
+
 
 class _Stream:
     __slots__ = ("base", "closed", "events", "subscribers")
@@ -140,6 +144,12 @@ class RunLog:
         # Only this stream: a run continued after a pause has a new one under the same id.
         if self._streams.get(stream_id) is stream:
             del self._streams[stream_id]
+
+    async def sync(self) -> None:
+        """Wait until the streams opened so far can be followed from any process (at once
+        without a mirror)."""
+        if self.mirror is not None:
+            await self.mirror.sync()
 
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._streams

@@ -39,8 +39,12 @@ without anyone ending its runs leaves nothing behind for longer)."""
 BATCH = 512
 """Most operations sent in one round trip."""
 
-BLOCK_MS = 5_000
-"""How long one ``XREAD`` waits before checking that the stream still exists."""
+SYNC_WAIT = 2.0
+"""How long ``sync`` waits for Redis before letting the caller go on regardless."""
+
+BLOCK_MS = 2_000
+"""How long one ``XREAD`` waits before checking that the stream still exists (under
+redis-py's socket timeout, 5 s by default)."""
 
 _OPEN, _EVENT, _END = b"open", b"e", b"end"
 
@@ -75,6 +79,10 @@ class RedisLog:
         self._max_events = max_events
         self._queue: list[_Op] = []
         self._queued = anyio.Event()
+        self._pushed = self._sent = 0
+        """Operations queued, and sent, since the start: ``sync`` waits for the one to
+        catch up with the other."""
+        self._progress = anyio.Event()
         self._last: dict[str, int] = {}
         """The last seq mirrored of each stream open here."""
 
@@ -96,7 +104,17 @@ class RedisLog:
 
     def _push(self, op: _Op) -> None:
         self._queue.append(op)
+        self._pushed += 1
         self._queued.set()
+
+    async def sync(self) -> None:
+        """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
+        a run just started or continued here can be followed from any process at once."""
+        target = self._pushed
+        with anyio.move_on_after(SYNC_WAIT):
+            while self._sent < target:
+                progress = self._progress
+                await progress.wait()
 
     async def run(self) -> None:
         """Send what is queued, batch after batch, until cancelled; while Redis cannot be
@@ -119,6 +137,9 @@ class RedisLog:
             batch = self._queue[:BATCH]
             await self._send(batch)
             del self._queue[: len(batch)]
+            self._sent += len(batch)
+            self._progress.set()
+            self._progress = anyio.Event()
         self._queued = anyio.Event()
 
     async def _send(self, batch: Sequence[_Op]) -> None:
@@ -204,13 +225,21 @@ class RedisSubscription:
 
     async def next_batch(self) -> list[Event]:
         """Every entry not yet read, waiting up to ``BLOCK_MS`` at a time for one; ``[]``
-        once the end marker was read, or the stream is gone or has a gap (the viewer
-        reconnects and gets the rest from the store)."""
+        once the end marker was read, or the stream is gone, has a gap or cannot be read
+        (Redis went away): the viewer reconnects and gets the rest from the store or from
+        the stream once it is back."""
         while not self._done:
-            reply: Any = await self._redis.xread({self._key: self._cursor}, block=BLOCK_MS)
-            if not reply:
-                if not await self._redis.exists(self._key):
+            try:
+                reply: Any = await self._redis.xread({self._key: self._cursor}, block=BLOCK_MS)
+                if not reply and not await self._redis.exists(self._key):
                     self._done = self.ended = True
+            except (RedisError, OSError) as exc:
+                logger.warning(
+                    "Lost the live log of %s (%s); the viewer may resume", self._key, exc
+                )
+                self._done = True
+                break
+            if not reply:
                 continue
             entries: list[Entry] = reply[0][1]
             events: list[Event] = []

@@ -88,6 +88,7 @@ class ExecutionManager:
                 run_id, lambda: execution.run(inputs), finish, timeout=self.timeout_seconds
             )
         try:
+            await self.supervisor.log.sync()  # followed from any process at once
             await checkpoint_if_cancelled()
         except anyio.get_cancelled_exc_class():
             self.supervisor.cancel(run_id, "The request that started the execution was cancelled")

@@ -169,10 +169,12 @@ class Supervisor:
         """Follow a run's events (deltas included) from the first with ``seq > after``,
         whichever process executes it; None if it is in no live log (it ended a while ago):
         its persisted events are in the store."""
+        if self.peers is not None and run_id not in self._live:
+            # The shared log: this process's copy of a run it no longer executes may be
+            # behind (a paused run continued elsewhere).
+            return await self.peers.subscribe(run_id, after=after)
         if run_id in self.log:
             return self.log.subscribe(run_id, after=after)
-        if self.peers is not None:
-            return await self.peers.subscribe(run_id, after=after)
         return None
 
     async def stop(self, run_id: str, reason: str, *, wait: float) -> bool:

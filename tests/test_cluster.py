@@ -1,0 +1,260 @@
+"""Cluster mode: two real server processes on one PostgreSQL database and one Redis. A run
+started on one is followed, resumed, cancelled and approved through the other, and ends
+truthfully when its process dies."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agentstream.events import INTERRUPTED
+from agentstream.sse import ServerSentEvent, SSEDecoder
+from conftest import postgres_admin, read_events, wait_until
+from fakes.test_app import COUNTED
+from processes import ServerProcess, cluster
+
+REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """This machine's Redis; skipped when none answers, except in CI."""
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    return REDIS_URL
+
+
+@pytest.fixture
+def database_url(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL database of this test's own: the leases of other tests' processes are
+    none of its business."""
+    name = f"agentstream_cluster_{uuid.uuid4().hex[:12]}"
+    postgres_admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def two(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[list[ServerProcess]]:
+    with cluster(tmp_path, database_url, redis_url, lease_seconds=1) as processes:
+        yield processes
+
+
+def events(response: httpx.Response) -> Iterator[ServerSentEvent]:
+    """A stream's events as they come: read some, then the rest, from one iterator."""
+    decoder = SSEDecoder()
+    for chunk in response.iter_bytes():
+        yield from decoder.feed(chunk)
+
+
+def until(stream: Iterator[ServerSentEvent], stop: str) -> list[dict[str, Any]]:
+    """The next frames, up to and with the first whose ``event`` is ``stop``."""
+    frames = []
+    for event in stream:
+        frames.append(event.json())
+        if frames[-1]["event"] == stop:
+            break
+    return frames
+
+
+def rest(stream: Iterator[ServerSentEvent]) -> list[dict[str, Any]]:
+    return [event.json() for event in stream]
+
+
+def test_a_run_started_on_one_process_is_followed_live_from_the_other(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", "/api/agents/counter/run/stream", json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        seen = until(from_a, "content_delta")
+        run_id, joined_at = seen[0]["run_id"], seen[-1]["seq"]
+        with on_b.stream(
+            "GET",
+            f"/api/agents/runs/{run_id}/stream",
+            headers={"Last-Event-ID": str(joined_at)},
+        ) as followed:
+            assert followed.status_code == 200
+            following = list(events(followed))
+        everything = seen + rest(from_a)
+
+    assert everything[-1]["event"] == "complete"
+    deltas = [f["delta"] for f in everything if f["event"] == "content_delta"]
+    assert "".join(deltas) == "".join(f"{n} " for n in range(1, COUNTED + 1))
+    # From B: exactly what A's own client got after the join, with their seqs as ids.
+    assert [e.json() for e in following] == [f for f in everything if f["seq"] > joined_at]
+    assert [e.id for e in following] == [str(e.json()["seq"]) for e in following]
+
+
+def test_a_follower_that_drops_resumes_on_the_other_process_without_gap_or_duplicate(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", "/api/agents/counter/run/stream", json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        run_id = until(from_a, "start")[0]["run_id"]
+        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as first:
+            from_b = events(first)
+            part = [next(from_b).json() for _ in range(10)]
+        # the connection dropped after ten frames; the client resumes from the last
+        with on_a.stream(
+            "GET",
+            f"/api/agents/runs/{run_id}/stream",
+            headers={"Last-Event-ID": str(part[-1]["seq"])},
+        ) as second:
+            resumed = part + rest(events(second))
+        original = rest(from_a)
+
+    seqs = [f["seq"] for f in resumed]
+    assert seqs == list(range(1, seqs[-1] + 1)), "every seq once, in order"
+    assert resumed[-1]["event"] == "complete"
+    assert resumed[-1]["content"] == "".join(f"{n} " for n in range(1, COUNTED + 1))
+    assert original[-1] == resumed[-1]
+
+
+def test_a_run_is_cancelled_through_the_other_process(two: list[ServerProcess]) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        run_id = until(from_a, "tool_call")[0]["run_id"]
+        cancelled = on_b.post(f"/api/agents/runs/{run_id}/cancel")
+        after = rest(from_a)
+        again = on_b.post(f"/api/agents/runs/{run_id}/cancel")
+        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json() == {"run_id": run_id, "status": "cancelled"}
+    [settled] = [f for f in after if f["event"] == "tool_result"]
+    assert settled["status"] == "cancelled"
+    assert after[-1] == {
+        "event": "error",
+        "status": "cancelled",
+        "message": "Run cancelled",
+        "seq": after[-1]["seq"],
+    }
+    assert run["status"] == "cancelled"
+    assert again.status_code == 409, "it has ended"
+
+
+def test_a_run_paused_on_one_process_is_approved_on_the_other_and_finishes(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with a.live.client() as on_a, b.live.client() as on_b:
+        with on_a.stream("POST", "/api/agents/asker/run/stream", json={"message": "go"}) as started:
+            frames = [e.json() for e in read_events(started)]
+        run_id = frames[0]["run_id"]
+        [asked] = [f for f in frames if f["event"] == "approval_requested"]
+        decided = on_b.post(
+            f"/api/agents/runs/{run_id}/approve", json={"tool_call_id": asked["tool_call_id"]}
+        )
+        assert decided.status_code == 200, decided.text
+        # It runs now, on whichever process took it: follow it from A.
+        with on_a.stream(
+            "GET",
+            f"/api/agents/runs/{run_id}/stream",
+            headers={"Last-Event-ID": str(frames[-1]["seq"])},
+            timeout=60,
+        ) as followed:
+            after = [e.json() for e in read_events(followed)]
+
+    events = [f["event"] for f in after]
+    assert "tool_result" in events
+    assert after[-1]["event"] == "complete"
+    assert after[-1]["content"] == "done"
+
+
+def test_sigkill_of_the_process_running_a_run_ends_it_interrupted_for_every_viewer(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
+    ):
+        from_a = events(started)  # held: a stream let go of is closed, and its run cancelled
+        before = until(from_a, "tool_call")
+        run_id = before[0]["run_id"]
+        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream", timeout=30) as followed:
+            from_b = events(followed)
+            first = next(from_b).json()
+            a.kill()
+            following = [first, *rest(from_b)]
+        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+
+    stopped = {"event": "error", "status": "interrupted", "message": INTERRUPTED}
+    assert following[-1] == {**stopped, "seq": following[-1]["seq"]}
+    assert following[-1]["seq"] > before[-1]["seq"], "after everything its viewers saw"
+    assert (run["status"], run["error"]) == ("interrupted", stopped["message"])
+    persisted = [f for f in before if f["event"] not in ("content_delta", "reasoning_delta")]
+    assert run["events"][: len(persisted)] == persisted, "what was stored before the kill"
+    assert run["events"][-1] == following[-1]
+
+
+def test_one_conversation_takes_one_run_at_a_time_across_processes(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        [first] = until(from_a, "start")
+        refused = on_b.post(
+            "/api/agents/waiter/run/stream",
+            json={"message": "again", "session_id": first["session_id"]},
+        )
+        on_b.post(f"/api/agents/runs/{first['run_id']}/cancel")
+
+    assert refused.status_code == 409
+    assert refused.json()["error"]["field"] == "session_id"
+
+
+def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
+    two: list[ServerProcess], redis_url: str
+) -> None:
+    a, _ = two
+    with a.live.client() as on_a:
+        frames = [
+            e.json()
+            for e in read_events(
+                on_a.post("/api/agents/counter/run/stream", json={"message": "go"})
+            )
+        ]
+    key = f"{a.live.settings.redis_prefix}:log:{frames[0]['run_id']}"
+    client = redis.Redis.from_url(redis_url)
+    wait_until(lambda: client.xrevrange(key, count=1))
+    last = frames[-1]["seq"]
+    ids = [entry_id.decode() for entry_id, _ in client.xrange(key)]
+    assert ids == ["0-1", *(f"{seq}-0" for seq in range(1, last + 1)), f"{last}-2"]
+    assert client.xrevrange(key, count=1)[0][1] == {b"end": b"1"}
+    ttl = client.ttl(key)
+    assert 0 < ttl <= a.live.settings.run_retention_seconds
