@@ -250,11 +250,15 @@ def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
             )
         ]
     key = f"{a.live.settings.redis_prefix}:log:{frames[0]['run_id']}"
-    client = redis.Redis.from_url(redis_url)
-    wait_until(lambda: client.xrevrange(key, count=1))
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     last = frames[-1]["seq"]
-    ids = [entry_id.decode() for entry_id, _ in client.xrange(key)]
-    assert ids == ["0-1", *(f"{seq}-0" for seq in range(1, last + 1)), f"{last}-2"]
-    assert client.xrevrange(key, count=1)[0][1] == {b"end": b"1"}
+    wait_until(lambda: client.xlen(key) == last + 2)  # the end is written just after
+    entries: list[tuple[str, dict[str, str]]] = client.xrange(key)  # type: ignore[assignment]
+    assert [entry_id for entry_id, _ in entries] == [
+        "0-1",
+        *(f"{seq}-0" for seq in range(1, last + 1)),
+        f"{last}-2",
+    ]
+    assert entries[-1][1] == {"end": "1"}
     ttl = client.ttl(key)
     assert 0 < ttl <= a.live.settings.run_retention_seconds
