@@ -32,7 +32,7 @@ from agentstream.server.agents import router as agents_router
 from agentstream.server.api_docs import install_api_docs
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
-from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
+from agentstream.server.chat_access import EmailSender, log_code, open_chat_access
 from agentstream.server.definitions import Declared, apply_declared, declared
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
@@ -124,13 +124,13 @@ def create_app(
                 supervisor=supervisor,
                 timeout_seconds=settings.workflow_timeout_seconds,
             )
-            async with supervisor:
+            async with open_chat_access(settings, store.db, email_sender) as chat, supervisor:
                 services = Services(
                     settings=settings,
                     store=store,
                     supervisor=supervisor,
                     runs=manager,
-                    chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
+                    chat_access=chat,
                     knowledge=knowledge,
                     workflows=workflows,
                     executions=executions,
