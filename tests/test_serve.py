@@ -168,7 +168,6 @@ def test_the_data_directory_is_readable_by_its_owner_only(tmp_path: Path) -> Non
         "agentstream.db-shm": 0o600,
         "agentstream.db-wal": 0o600,
         "demo-key": 0o600,
-        "secret-key": 0o600,
     }
     umask = os.umask(0o022)  # what most systems have: others may read new files
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Annotated, Any
@@ -85,7 +84,8 @@ class Settings(BaseSettings):
     provider_timeout_seconds: float = Field(default=600.0, gt=0)
     """Timeout of one provider request, as the provider's SDK applies it."""
     secret_key: str | None = None
-    """Signs chat access cookies; default: a random key kept in ``data_dir/secret-key``."""
+    """Signs chat access cookies; default: a random key kept in the database, so every
+    process that shares it accepts the cookies any of them set."""
 
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
@@ -167,16 +167,9 @@ class Settings(BaseSettings):
 
     @property
     def secret_key_file(self) -> Path:
+        """Where versions before the key moved into the database kept it: adopted from
+        there at the first start, so the cookies they set stay valid."""
         return self.data_dir / "secret-key"
-
-    def secret(self) -> bytes:
-        """The signing key: configured, or made once and kept in the data directory."""
-        if self.secret_key:
-            return self.secret_key.encode()
-        path = self.secret_key_file
-        if not path.exists():
-            write_private(path, secrets.token_urlsafe(32))
-        return path.read_text().strip().encode()
 
 
 def write_private(path: Path, text: str) -> None:

@@ -35,7 +35,7 @@ from agentstream.server.agents import router as agents_router
 from agentstream.server.api_docs import install_api_docs
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
-from agentstream.server.chat_access import ChatAccess, EmailSender, SessionSigner, log_code
+from agentstream.server.chat_access import EmailSender, log_code, open_chat_access
 from agentstream.server.definitions import Declared, apply_declared, declared
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
@@ -143,13 +143,16 @@ def create_app(
                 leasing = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(leasing.cancel_scope.cancel)
                 leasing.start_soon(leases.keep)
+                chat = await stack.enter_async_context(
+                    open_chat_access(settings, store.db, email_sender)
+                )
                 await stack.enter_async_context(supervisor)
                 services = Services(
                     settings=settings,
                     store=store,
                     supervisor=supervisor,
                     runs=manager,
-                    chat_access=ChatAccess(SessionSigner(settings.secret()), email_sender),
+                    chat_access=chat,
                     knowledge=knowledge,
                     workflows=workflows,
                     executions=executions,

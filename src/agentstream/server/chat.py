@@ -146,7 +146,7 @@ async def _authenticate(
         raise Forbidden("This email is not invited to this chat", field="email")
     if body.otp is None:
         await _limit(access, "email", (CODES_SENT, email, slug), (CODES_SENT, client, slug))
-        code = access.codes.issue(slug, email)
+        code = await access.codes.issue(slug, email)
         await access.send_email(
             email,
             f"Your code for {settings.title or slug}",
@@ -154,7 +154,7 @@ async def _authenticate(
         )
         raise AccessDenied(f"We sent a code to {email}: send it as 'otp'", field="otp")
     await _limit(access, "otp", (GUESSES, client, slug), (DEPLOYMENT_GUESSES, slug))
-    if not access.codes.redeem(slug, email, body.otp):
+    if not await access.codes.redeem(slug, email, body.otp):
         raise AccessDenied("Wrong or expired code", field="otp")
     return email
 

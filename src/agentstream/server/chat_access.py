@@ -3,6 +3,9 @@
 A successful password or code earns a signed cookie scoped to the deployment, so the
 page does not ask again. Password and code guesses are limited per client and deployment,
 and so are runs (``rate_limits``).
+
+Every process of a cluster sees the same of each: the codes and the cookie key are in the
+database, the windows in Redis (``open_chat_access``).
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from agentstream.server.rate_limits import InFlight, WindowLimiter, per_minute
+from agentstream.config import Settings
+from agentstream.server.rate_limits import InFlight, WindowLimiter, per_minute, window_storage
+from agentstream.store.codes import CodeStore
+from agentstream.store.database import Database
+from agentstream.store.server_secrets import ServerSecrets
 
 __all__ = [
     "CODES_SENT",
@@ -28,6 +36,7 @@ __all__ = [
     "EmailSender",
     "SessionSigner",
     "log_code",
+    "open_chat_access",
 ]
 
 logger = logging.getLogger("agentstream.chat")
@@ -41,41 +50,23 @@ async def log_code(to: str, subject: str, body: str) -> None:
     logger.warning("No SMTP configured; would send to %s: %s: %s", to, subject, body)
 
 
-@dataclass(slots=True)
-class _Code:
-    digest: str
-    expires: float
-    tries_left: int
-
-
-@dataclass
+@dataclass(frozen=True)
 class CodeBook:
     """One-time codes for allowed email addresses: valid for ``ttl`` seconds and a few
-    tries; a new code replaces the last one for the same address."""
+    tries; a new code replaces the last one for the same address. Kept (as digests) in
+    the database, so a code works on any process, once."""
 
+    store: CodeStore
     ttl: float = 10 * 60
     tries: int = 5
-    _codes: dict[tuple[str, str], _Code] = field(default_factory=dict)
 
-    def issue(self, slug: str, email: str) -> str:
-        now = time.monotonic()
-        for key in [k for k, c in self._codes.items() if c.expires < now]:
-            del self._codes[key]
+    async def issue(self, slug: str, email: str) -> str:
         code = f"{secrets.randbelow(10**6):06d}"
-        self._codes[slug, email] = _Code(_digest(code), now + self.ttl, self.tries)
+        await self.store.put(slug, email, _digest(code), ttl=self.ttl, tries=self.tries)
         return code
 
-    def redeem(self, slug: str, email: str, code: str) -> bool:
-        issued = self._codes.get((slug, email))
-        if issued is None or issued.expires < time.monotonic():
-            return False
-        if hmac.compare_digest(issued.digest, _digest(code.strip())):
-            del self._codes[slug, email]
-            return True
-        issued.tries_left -= 1
-        if issued.tries_left <= 0:
-            del self._codes[slug, email]
-        return False
+    async def redeem(self, slug: str, email: str, code: str) -> bool:
+        return await self.store.redeem(slug, email, _digest(code.strip()))
 
 
 _TOKEN = re.compile(r"([A-Za-z0-9_-]*={0,2})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
@@ -134,12 +125,43 @@ class ChatAccess:
     how much."""
 
     signer: SessionSigner
-    send_email: EmailSender = log_code
-    windows: WindowLimiter = field(default_factory=WindowLimiter)
+    codes: CodeBook
+    windows: WindowLimiter
     """Guesses, codes mailed and runs started, per window (see the limits above)."""
+    send_email: EmailSender = log_code
     in_flight: InFlight = field(default_factory=InFlight)
     """Runs going now, per client and per deployment."""
-    codes: CodeBook = field(default_factory=CodeBook)
+
+
+_COOKIE_KEY = "chat-cookie-key"
+"""The name of the generated cookie key among the ``ServerSecrets``."""
+
+
+@asynccontextmanager
+async def open_chat_access(
+    settings: Settings, db: Database, send_email: EmailSender = log_code
+) -> AsyncIterator[ChatAccess]:
+    """The chat access of a server over ``db``, the same in every process that shares the
+    database (and, for the windows, the Redis of ``settings``); its Redis connections are
+    closed when the block ends."""
+    key = settings.secret_key or await ServerSecrets(db).get_or_create(
+        _COOKIE_KEY, _adopted_or_new_key(settings)
+    )
+    async with window_storage(settings.redis_url, f"{settings.redis_prefix}:limits") as storage:
+        yield ChatAccess(
+            signer=SessionSigner(key.encode()),
+            codes=CodeBook(CodeStore(db)),
+            windows=WindowLimiter(storage),
+            send_email=send_email,
+        )
+
+
+def _adopted_or_new_key(settings: Settings) -> str:
+    """The key the data directory's ``secret-key`` file holds (where versions before the
+    database kept it, so their cookies stay valid), or a new random one."""
+    path = settings.secret_key_file
+    kept = path.read_text().strip() if path.is_file() else ""
+    return kept or secrets.token_urlsafe(32)
 
 
 def _digest(code: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 import anyio
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentstream.store.tables import Base
@@ -28,6 +29,7 @@ class Database:
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
         self._turn = anyio.Lock() if engine.dialect.name == "sqlite" else None
+        self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
         self._grouping = anyio.Lock()
         self._waiting: list[_Insert] = []
 
@@ -37,6 +39,12 @@ class Database:
         turn: AbstractAsyncContextManager[object] = self._turn or nullcontext()
         async with turn, self.session.begin() as db:
             yield db
+
+    def upsert(self, table: type[Base]) -> sqlite.Insert | postgresql.Insert:
+        """An INSERT that says what becomes of a row that is already there
+        (``on_conflict_do_nothing`` / ``on_conflict_do_update``), decided by the database
+        in the one statement, so processes racing to write it cannot both win."""
+        return self._insert(table)
 
     async def insert(self, *rows: Base | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).

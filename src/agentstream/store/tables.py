@@ -25,6 +25,7 @@ __all__ = [
     "ApiKeyRow",
     "ApprovalRow",
     "Base",
+    "ChatCodeRow",
     "ChunkRow",
     "ContextHandlerRow",
     "DeploymentRow",
@@ -34,6 +35,7 @@ __all__ = [
     "RunEventRow",
     "RunRow",
     "ServerProcessRow",
+    "ServerSecretRow",
     "SessionRow",
     "WorkflowRow",
 ]
@@ -193,6 +195,32 @@ class DeploymentRow(Base):
     """An orchestration's entity agents as they were when deployed: {id: {spec, version}}."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ChatCodeRow(Base):
+    """A one-time code mailed to an address invited to a chat, kept as its digest until it
+    is redeemed, expires or runs out of tries: any process redeems what any process sent."""
+
+    __tablename__ = "chat_codes"
+
+    slug: Mapped[str] = mapped_column(String(63), primary_key=True)
+    email: Mapped[str] = mapped_column(String(320), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    """SHA-256 of the code: the code itself is never stored."""
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+    """Seconds since the epoch, like ``lease_until``."""
+    tries_left: Mapped[int] = mapped_column(Integer)
+
+
+class ServerSecretRow(Base):
+    """A secret every process over this database uses alike (the key that signs chat
+    cookies), made by whichever process needed it first."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class ApprovalRow(Base):
