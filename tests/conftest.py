@@ -212,7 +212,14 @@ POSTGRES_ADMIN_URL = os.environ.get(
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, dropped afterwards.
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    with new_postgres_database() as url:
+        yield url
+
+
+@contextmanager
+def new_postgres_database() -> Iterator[str]:
+    """A new PostgreSQL database (its URL), dropped when the block ends.
 
     Skipped when no server answers, except in CI, where a missing database is a failure.
     """

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -379,6 +378,14 @@ TrustedProxies = Annotated[
         " X-Forwarded-For is believed. Default: none."
     ),
 ]
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        help="Server processes on the one port (cluster mode: PostgreSQL and Redis). Default: 1.",
+        min=1,
+        show_default=False,
+    ),
+]
 Debug = Annotated[
     bool, typer.Option("--debug", help="Show the traceback behind a configuration problem.")
 ]
@@ -393,15 +400,16 @@ def serve(
     database_url: DatabaseUrl = None,
     agents: AgentsFile = None,
     trusted_proxies: TrustedProxies = None,
+    workers: Workers = None,
     debug: Debug = False,
 ) -> None:
     """Run the server. Flags override AGENTSTREAM_* environment variables. The checks of
-    `agentstream check` run first: a problem that stops the server is printed, not raised."""
-    from uvicorn.logging import DefaultFormatter
-
+    `agentstream check` run first: a problem that stops the server is printed, not raised.
+    SIGTERM (or Ctrl-C) drains: no new runs, and the live ones get
+    AGENTSTREAM_SHUTDOWN_GRACE_SECONDS (default 30) to finish before they are interrupted."""
     from agentstream.server import create_app
     from agentstream.server.checks import Report, check_database, check_declared
-    from agentstream.server.serving import claim, run
+    from agentstream.server.serving import claim, log_to_console, run, run_workers
 
     settings = _settings(
         host=host,
@@ -411,22 +419,21 @@ def serve(
         database_url=database_url,
         agents_file=agents,
         trusted_proxies=trusted_proxies,
+        workers=workers,
     )
     report = Report()
     _serve_check(check_declared(settings, report), report, debug=debug)
-    logger = logging.getLogger("agentstream")  # the app logs the demo key here at start-up
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    log_to_console()  # the app logs the demo key at start-up
     url = f"http://{settings.host}:{settings.port}"
     try:
         with claim(settings) as listener:  # before anything reads or changes data
             _serve_check(check_database(settings, report), report, debug=debug)
             assert report.database is not None
             _banner(settings, url, report.database)
-            started = run(create_app(settings), settings, listener)
+            if settings.workers > 1:
+                started = run_workers(settings, listener)
+            else:
+                started = run(create_app(settings), settings, listener)
     except ServeRefused as exc:
         _fail(str(exc))
     if not started:
@@ -445,6 +452,8 @@ def _serve_check(step: Coroutine[Any, Any, None], report: Report, *, debug: bool
 def _banner(settings: Settings, url: str, database: DatabaseState) -> None:
     data = database.where + (" (new)" if database.new else "")
     lines = [f"[bold]agentstream[/] on {escape(url)}", f"data: {escape(data)}"]
+    if settings.workers > 1:
+        lines.append(f"workers: {settings.workers}")
     if settings.demo:
         chat = "agentstream chat demo" + ("" if url == DEFAULT_URL else f" --url {url}")
         lines.append(f"demo agent: [cyan]demo[/]  try [bold]{escape(chat)}[/]")
@@ -460,6 +469,7 @@ def check_command(
     database_url: DatabaseUrl = None,
     agents: AgentsFile = None,
     trusted_proxies: TrustedProxies = None,
+    workers: Workers = None,
     debug: Debug = False,
 ) -> None:
     """Check the configuration `serve` would start with, changing nothing: settings, the
@@ -475,6 +485,7 @@ def check_command(
         database_url=database_url,
         agents_file=agents,
         trusted_proxies=trusted_proxies,
+        workers=workers,
     )
     report = asyncio.run(check(settings))
     _show_problems(report.problems, debug=debug, serving=False)

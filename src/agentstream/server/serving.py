@@ -8,27 +8,58 @@ taken. Only then does the app start. (PostgreSQL is shared by design: no lock th
 
 Forwarded headers (``X-Forwarded-For``, ``X-Forwarded-Proto``) are believed only from the
 configured proxies, so no client can pick the address its limits are counted by.
+
+Stopping (SIGTERM, or Ctrl-C) drains before uvicorn shuts down: the server stops listening,
+its app takes no new run and gives the live ones their grace period, and only then are the
+connections closed and the app's lifespan ended (``DrainingServer``). With several workers
+(cluster mode), uvicorn's own supervisor runs them on the one socket, and each drains alike.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
+import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
+import anyio
 import uvicorn
+from fastapi import FastAPI
 from starlette.types import ASGIApp
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.logging import DefaultFormatter
+from uvicorn.supervisors import multiprocess
 
 from agentstream.config import Settings
 from agentstream.datadir import open_private
 from agentstream.errors import ServeRefused
+from agentstream.server.app import create_app
+from agentstream.store import Store
 from agentstream.store.store import sqlite_file
 
-__all__ = ["claim", "listen", "run"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "DrainingServer",
+    "claim",
+    "listen",
+    "log_to_console",
+    "run",
+    "run_workers",
+]
+
+logger = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT = 5
+"""Seconds the connections still open after the drain get to end by themselves before
+uvicorn cuts them and ends the app's lifespan: a client following a run of another process
+would otherwise hold its connection for as long as that run goes."""
 
 
 @contextmanager
@@ -45,20 +76,126 @@ def claim(settings: Settings) -> Iterator[socket.socket]:
 
 
 def run(app: ASGIApp, settings: Settings, listener: socket.socket) -> bool:
-    """Serve ``app`` on a socket from ``claim`` until told to stop. False if the app failed
-    to start (uvicorn has logged why)."""
+    """Serve ``app`` on a socket from ``claim`` until told to stop, then drain it. False if
+    the app failed to start (uvicorn has logged why)."""
+    server = DrainingServer(_config(app, settings, listener))
+    server.run(sockets=[listener])
+    return server.started
+
+
+def run_workers(settings: Settings, listener: socket.socket) -> bool:
+    """Serve with ``settings.workers`` processes on a socket from ``claim``, under uvicorn's
+    supervisor, until told to stop; each worker builds its own app from ``settings`` and
+    drains when it stops. False if a worker's app failed to start (it has logged why)."""
+    anyio.run(_migrate, settings.database)  # here, once: workers migrating at once collide
+    config = _config(
+        functools.partial(_worker_app, settings),
+        settings,
+        listener,
+        factory=True,
+        workers=settings.workers,
+    )
+    # uvicorn's supervisor makes each worker a ``Process``, which serves with a plain
+    # ``uvicorn.Server`` and has no setting for another: while it runs, its workers are
+    # ``_Worker``s, which serve with a ``DrainingServer``. Only this supervisor sees that.
+    with mock.patch.object(multiprocess, "Process", _Worker):
+        supervisor = multiprocess.Multiprocess(config, sockets=[listener])
+        supervisor.run()
+    return all(worker.exitcode != STARTUP_FAILURE for worker in supervisor.processes)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, stopping in the order that lets live runs end well. Told to stop
+    (SIGTERM, Ctrl-C), it stops listening; then the app drains (``app.state.drain``: no new
+    run, and the live ones get their grace period while their clients are still connected,
+    so a run that finishes in time ends its stream as usual); only then comes uvicorn's own
+    shutdown, which waits up to ``CLOSE_TIMEOUT`` for the connections, then ends the app's
+    lifespan (which interrupts the runs still going). A second Ctrl-C cuts the drain short,
+    as it does uvicorn's waits."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # uvicorn's shutdown closes them too: closing twice does nothing
+        for sock in sockets or []:
+            sock.close()
+        drain = _drain_of(self.config.loaded_app)
+        if drain is not None:  # the app has started
+            logger.info("Stopped listening; live runs get the shutdown grace period to finish")
+            await self._unless_forced(drain)
+        await super().shutdown(sockets)
+
+    async def _unless_forced(self, drain: Callable[[], Awaitable[None]]) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def cut_short_when_forced() -> None:
+                # A signal handler sets force_exit: poll it, as uvicorn's own waits do.
+                while not self.force_exit:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+                group.cancel_scope.cancel()
+
+            group.start_soon(cut_short_when_forced)
+            await drain()
+            group.cancel_scope.cancel()
+
+
+class _Worker(multiprocess.Process):
+    """A worker process of ``run_workers``: uvicorn's, serving with a ``DrainingServer``."""
+
+    @property
+    def server(self) -> uvicorn.Server:
+        if self._server is None:
+            self._server = DrainingServer(config=self.config)
+        return self._server
+
+
+async def _migrate(database: str) -> None:
+    """Bring the database to the latest migration (``Store.open`` does)."""
+    store = await Store.open(database)
+    await store.close()
+
+
+def _worker_app(settings: Settings) -> FastAPI:
+    """The app of one worker process, built in that process from the parent's settings."""
+    log_to_console()
+    return create_app(settings)
+
+
+def log_to_console() -> None:
+    """The app's log lines (the demo key at start-up, warnings, the drain) on stderr, in
+    uvicorn's format."""
+    app_logger = logging.getLogger("agentstream")
+    if not app_logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+        app_logger.addHandler(handler)
+    app_logger.setLevel(logging.INFO)
+
+
+def _config(
+    app: Any, settings: Settings, listener: socket.socket, **options: Any
+) -> uvicorn.Config:
     proxies = settings.trusted_proxies
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=listener.getsockname()[1],
         log_level="info",
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
+        timeout_graceful_shutdown=CLOSE_TIMEOUT,
+        **options,
     )
-    server = uvicorn.Server(config)
-    server.run(sockets=[listener])
-    return server.started
+
+
+def _drain_of(app: object) -> Callable[[], Awaitable[None]] | None:
+    """``app.state.drain``, set once the app has started, from under the middleware uvicorn
+    wraps an app in (each keeps the app it wraps as ``.app``)."""
+    while not hasattr(app, "state") and hasattr(app, "app"):
+        app = app.app
+    drain: Callable[[], Awaitable[None]] | None = getattr(
+        getattr(app, "state", None), "drain", None
+    )
+    return drain
 
 
 def listen(host: str, port: int) -> socket.socket:
