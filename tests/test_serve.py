@@ -349,13 +349,6 @@ def test_a_run_that_outlasts_the_grace_period_ends_interrupted_not_cancelled(
     assert events[-1]["message"] == "The server stopped during the run"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=httpx.RemoteProtocolError,
-    reason="Supervisor.drain waits out the grace period but leaves interrupting the rest to"
-    " the end of the app's lifespan, which uvicorn reaches only after cutting the connections"
-    " still open (CLOSE_TIMEOUT later): the client's stream is cut before the run's end",
-)
 def test_the_stream_of_a_run_interrupted_at_shutdown_ends_with_its_terminal_frame(
     tmp_path: Path,
 ) -> None:

@@ -86,12 +86,7 @@ class Supervisor:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._group is not None
-        live = list(self._live.values())
-        for each in live:
-            each.stop("interrupted", INTERRUPTED)
-        with anyio.move_on_after(SHUTDOWN_GRACE):
-            for each in live:
-                await each.done.wait()
+        await self._interrupt_live()
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(kind, exc, tb)
         self._group = None
@@ -104,12 +99,22 @@ class Supervisor:
             raise ShuttingDown
 
     async def drain(self, grace: float) -> None:
-        """Stop taking runs (``admit`` refuses) and give the live ones ``grace`` seconds to
-        finish by themselves; leaving the supervisor then interrupts the rest."""
+        """Stop taking runs (``admit`` refuses), give the live ones ``grace`` seconds to
+        finish by themselves, then interrupt the rest, while their viewers are connected:
+        each ends with its terminal event."""
         self._draining = True
         with anyio.move_on_after(grace):
             while self._live:
                 await next(iter(self._live.values())).done.wait()
+        await self._interrupt_live()
+
+    async def _interrupt_live(self) -> None:
+        live = list(self._live.values())
+        for each in live:
+            each.stop("interrupted", INTERRUPTED)
+        with anyio.move_on_after(SHUTDOWN_GRACE):
+            for each in live:
+                await each.done.wait()
 
     def launch(
         self,
