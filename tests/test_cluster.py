@@ -5,6 +5,8 @@ truthfully when its process dies."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +18,11 @@ import redis
 
 from agentstream.events import INTERRUPTED
 from agentstream.sse import ServerSentEvent, SSEDecoder
-from conftest import postgres_admin, read_events, wait_until
+from conftest import free_port, postgres_admin, read_events, wait_until
 from fakes.test_app import COUNTED
 from processes import ServerProcess, cluster
+
+COUNT = "/api/agents/counter/run/stream"
 
 REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -262,3 +266,71 @@ def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
     assert entries[-1][1] == {"end": "1"}
     ttl = client.ttl(key)
     assert 0 < ttl <= a.live.settings.run_retention_seconds
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    """A Redis of the test's own, keeping nothing on disk (as this machine's), to stop."""
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_until(answers)
+    return server
+
+
+def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(
+    tmp_path: Path, database_url: str
+) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = start_redis(port)
+    try:
+        with (
+            cluster(tmp_path, database_url, url, lease_seconds=1) as (a, b),
+            a.live.client() as on_a,
+            b.live.client() as on_b,
+            on_a.stream(
+                "POST", "/api/agents/counter/run/stream", json={"message": "go"}
+            ) as started,
+        ):
+            from_a = events(started)
+            run_id = until(from_a, "content_delta")[0]["run_id"]
+            with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as followed:
+                from_b = events(followed)
+                part = [next(from_b).json()]
+                server.terminate()  # Redis goes away, and forgets everything
+                server.wait(10)
+                part += rest(from_b)
+            server = start_redis(port)
+            own = rest(from_a)
+            key = f"{b.live.settings.redis_prefix}:log:{run_id}"
+            wait_until(lambda: redis.Redis(port=port).exists(key))  # the queued writes went in
+            with on_b.stream(
+                "GET",
+                f"/api/agents/runs/{run_id}/stream",
+                headers={"Last-Event-ID": str(part[-1]["seq"])},
+            ) as resumed:
+                tail = rest(events(resumed))
+            run = on_b.get(f"/api/agents/runs/{run_id}").json()
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    counted = "".join(f"{n} " for n in range(1, COUNTED + 1))
+    assert own[-1]["event"] == "complete", "the run's own client never noticed"
+    assert own[-1]["content"] == counted
+    assert part[-1]["event"] != "complete", "the remote viewer's stream ended with Redis"
+    assert tail[-1] == own[-1], "resumed, it ends as the run did"
+    seqs = [f["seq"] for f in part + tail]
+    assert seqs == sorted(set(seqs)), "no frame twice"
+    assert (run["status"], run["content"]) == ("completed", counted)
