@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -334,3 +335,32 @@ def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(
     seqs = [f["seq"] for f in part + tail]
     assert seqs == sorted(set(seqs)), "no frame twice"
     assert (run["status"], run["content"]) == ("completed", counted)
+
+
+def test_sigterm_drains_a_process_while_the_other_follows_and_serves_on(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", COUNT, json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        run_id = until(from_a, "content_delta")[0]["run_id"]
+        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as followed:
+            from_b = events(followed)
+            first = next(from_b).json()
+            a.process.send_signal(signal.SIGTERM)
+            following = [first, *rest(from_b)]
+        own = rest(from_a)
+        exit_code = a.process.wait(30)
+        after = [e.json() for e in read_events(on_b.post(COUNT, json={"message": "again"}))]
+        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+
+    counted = "".join(f"{n} " for n in range(1, COUNTED + 1))
+    assert own[-1] == following[-1], "the draining process's client and the other's alike"
+    assert (following[-1]["event"], following[-1]["content"]) == ("complete", counted)
+    assert run["status"] == "completed"
+    assert exit_code == -signal.SIGTERM, "a clean stop: uvicorn ends by the signal it got"
+    assert after[-1]["event"] == "complete", "the other process takes the new runs"
