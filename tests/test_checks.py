@@ -282,3 +282,26 @@ def test_serve_warns_about_a_model_that_cannot_run_and_starts(tmp_path: Path) ->
         f"Cannot listen on 127.0.0.1:{port}: the address is in use (another server?); "
         "choose another --port",
     ]
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_redis_that_does_not_answer_is_one_line_for_check_and_serve(
+    postgres_url: str, tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = f"127.0.0.1:{free_port()}/0"
+    monkeypatch.setenv("AGENTSTREAM_REDIS_URL", f"redis://{where}")
+    args = [command, "--database-url", postgres_url, "--port", str(free_port())]
+    result = invoke(*args, "--data-dir", str(tmp_path / "data"))
+    assert result.exit_code == 1
+    assert problems(result) == [
+        f"Cannot reach Redis at {where}: connection refused (is the server running?)"
+    ]
+
+
+def test_check_says_that_redis_answers(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTSTREAM_REDIS_URL", "redis://127.0.0.1:6379/0")
+    result = invoke("check", "--database-url", postgres_url, "--port", str(free_port()))
+    assert result.exit_code == 0, result.output
+    assert "Redis at 127.0.0.1:6379/0: answers (keys under 'agentstream')" in result.stdout

@@ -408,7 +408,7 @@ def serve(
     SIGTERM (or Ctrl-C) drains: no new runs, and the live ones get
     AGENTSTREAM_SHUTDOWN_GRACE_SECONDS (default 30) to finish before they are interrupted."""
     from agentstream.server import create_app
-    from agentstream.server.checks import Report, check_database, check_declared
+    from agentstream.server.checks import Report, check_database, check_declared, check_redis
     from agentstream.server.serving import claim, log_to_console, run, run_workers
 
     settings = _settings(
@@ -428,6 +428,7 @@ def serve(
     try:
         with claim(settings) as listener:  # before anything reads or changes data
             _serve_check(check_database(settings, report), report, debug=debug)
+            _serve_check(check_redis(settings, report), report, debug=debug)
             assert report.database is not None
             _banner(settings, url, report.database)
             if settings.workers > 1:

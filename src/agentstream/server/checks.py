@@ -17,10 +17,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
@@ -100,6 +103,7 @@ async def check(settings: Settings) -> Report:
     report = Report()
     await check_declared(settings, report)
     await check_database(settings, report)
+    await check_redis(settings, report)
     check_port(settings, report)
     return report
 
@@ -138,6 +142,29 @@ async def check_database(settings: Settings, report: Report) -> None:
         if spec.id not in report.agents
     ]
     await _check_models(settings, stored, report)
+
+
+async def check_redis(settings: Settings, report: Report) -> None:
+    """Cluster mode's Redis answers (the live log, cancels and chat limits go through it)."""
+    if settings.redis_url is None:
+        return
+    client = Redis.from_url(settings.redis_url, socket_connect_timeout=CONNECT_TIMEOUT)
+    url = urlsplit(settings.redis_url)  # said without its password
+    where = f"{url.hostname}:{url.port or 6379}{url.path}" if url.hostname else url.path
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        cause = exc.__context__ if isinstance(exc, RedisError) and exc.__context__ else exc
+        reason = (
+            "connection refused (is the server running?)"
+            if isinstance(cause, ConnectionRefusedError)
+            else str(cause)
+        )
+        report.problems.append(Problem(f"Cannot reach Redis at {where}: {reason}"))
+    else:
+        report.passed.append(f"Redis at {where}: answers (keys under {settings.redis_prefix!r})")
+    finally:
+        await client.aclose()
 
 
 def check_port(settings: Settings, report: Report) -> None:
