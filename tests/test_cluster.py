@@ -237,10 +237,14 @@ def test_one_conversation_takes_one_run_at_a_time_across_processes(
             "/api/agents/waiter/run/stream",
             json={"message": "again", "session_id": first["session_id"]},
         )
+        kept = on_b.delete(f"/api/sessions/{first['session_id']}")
         on_b.post(f"/api/agents/runs/{first['run_id']}/cancel")
+        deleted = on_b.delete(f"/api/sessions/{first['session_id']}")
 
     assert refused.status_code == 409
     assert refused.json()["error"]["field"] == "session_id"
+    assert kept.status_code == 409, "not while its run goes on in the other process"
+    assert deleted.status_code == 204
 
 
 def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(

@@ -285,8 +285,17 @@ class Store:
             return [_run_record(row) for row in rows]
 
     async def delete_session(self, session_id: str) -> bool:
-        """The session with its messages, runs, their events and approvals."""
+        """The session with its messages, runs, their events and approvals. ``Conflict`` if
+        one of its runs is going (in any process)."""
         async with self.db.write() as db:
+            going = await db.scalar(
+                select(RunRow.id).where(RunRow.session_id == session_id, RunRow.status == "running")
+            )
+            if going is not None:
+                raise Conflict(
+                    f"Session {session_id!r} has a run in progress: cancel it first",
+                    field="session_id",
+                )
             result = await db.execute(delete(SessionRow).where(SessionRow.id == session_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
