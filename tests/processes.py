@@ -1,5 +1,6 @@
 """Servers in processes of their own, as users run them (``serving.claim`` and ``run``):
-for tests that kill one (SIGKILL), stop one (SIGTERM), or run several as a cluster."""
+for tests that kill one (SIGKILL), stop one (SIGTERM), or run several as a cluster; and a
+Redis of a test's own, to stop."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentstream.config import Settings
-from conftest import LiveServer, free_port, make_settings, wait_until_up
+import redis
 
-__all__ = ["ServerProcess", "cluster", "server_process"]
+from agentstream.config import Settings
+from conftest import LiveServer, free_port, make_settings, wait_until, wait_until_up
+
+__all__ = ["ServerProcess", "cluster", "server_process", "start_redis"]
 
 
 @dataclass
@@ -77,3 +80,21 @@ def cluster(
     )
     with ExitStack() as stack:
         yield [stack.enter_context(server_process(settings)) for _ in range(size)]
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    """A Redis of the test's own, keeping nothing on disk (as this machine's), to stop."""
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_until(answers)
+    return server

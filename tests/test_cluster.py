@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from agentstream.events import INTERRUPTED
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from conftest import free_port, postgres_admin, read_events, wait_until
 from fakes.test_app import COUNTED
-from processes import ServerProcess, cluster
+from processes import ServerProcess, cluster, start_redis
 
 COUNT = "/api/agents/counter/run/stream"
 
@@ -271,24 +270,6 @@ def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
     assert entries[-1][1] == {"end": "1"}
     ttl = client.ttl(key)
     assert 0 < ttl <= a.live.settings.run_retention_seconds
-
-
-def start_redis(port: int) -> subprocess.Popen[bytes]:
-    """A Redis of the test's own, keeping nothing on disk (as this machine's), to stop."""
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
-        stdout=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-
-    def answers() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    wait_until(answers)
-    return server
 
 
 def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(

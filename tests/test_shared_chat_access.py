@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,8 @@ from agentstream.store import Store
 from agentstream.store.codes import CodeStore
 from agentstream.store.server_secrets import ServerSecrets
 from agentstream.store.tables import ChatCodeRow
-from conftest import LiveServer, make_settings, postgres_admin, serve, wait_until
+from conftest import LiveServer, free_port, make_settings, postgres_admin, serve, wait_until
+from processes import start_redis
 
 REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MAIL: list[tuple[str, str]] = []
@@ -302,3 +304,25 @@ async def test_processes_starting_together_agree_on_one_cookie_key(
     assert len(set(keys)) == 1
     assert keys[0] in candidates
     assert await ServerSecrets(processes[1].db).get_or_create(name, "late") == keys[0]
+
+
+def test_while_redis_is_away_a_guess_is_refused_with_503_not_counted_as_wrong(
+    tmp_path: Path, cluster_settings: Callable[..., Settings]
+) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    redis_server = start_redis(port)
+    settings = cluster_settings().model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
+    try:
+        with serve(settings) as live:
+            slug = deploy(live, slug="guarded-away", access="password", password="correct horse")
+            redis_server.terminate()
+            redis_server.wait(10)
+            refused = httpx.post(f"{live.url}/api/chat/{slug}", json={"password": "guess"})
+    finally:
+        redis_server.kill()
+        redis_server.wait(10)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "unavailable"
+    assert refused.headers["Retry-After"] == "5"

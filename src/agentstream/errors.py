@@ -7,7 +7,8 @@ AgentstreamError
 │   ├── NotFound         404: no such agent, run, session or deployment
 │   ├── Conflict         409: valid, but not now (e.g. the session is busy)
 │   ├── ModelUnavailable 503: the agent's model cannot run here (e.g. its key is not set)
-│   ├── ShuttingDown     503: this process is draining; another one takes new runs
+│   ├── Unavailable      503: a service it needs (Redis) is away; Retry-After says when
+│   │   └── ShuttingDown 503: this process is draining; another one takes new runs
 │   └── TooManyAttempts  429: too many guesses; Retry-After says when to try again
 ├── ConfigError          the configuration is wrong: one line, naming the file and line
 ├── RunError             a run could not produce an answer
@@ -42,6 +43,7 @@ __all__ = [
     "ServeRefused",
     "ShuttingDown",
     "TooManyAttempts",
+    "Unavailable",
     "UserError",
 ]
 
@@ -97,17 +99,27 @@ class ModelUnavailable(UserError):
     code = "model_unavailable"
 
 
-class ShuttingDown(UserError):
+class Unavailable(UserError):
+    """A service the server needs is away for a moment (cluster mode's Redis): try again
+    after ``Retry-After`` seconds."""
+
+    status_code = 503
+    code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 5) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class ShuttingDown(Unavailable):
     """This process is stopping (SIGTERM): it finishes its runs but starts none. Another
     process of the cluster, or this one restarted, takes the request."""
 
-    status_code = 503
     code = "shutting_down"
 
     def __init__(self) -> None:
         super().__init__(
             "This server is shutting down; try again (another process takes new runs)",
-            headers={"Retry-After": "1"},
+            retry_after=1,
         )
 
 

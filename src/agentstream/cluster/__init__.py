@@ -33,7 +33,6 @@ class Cluster:
     def __init__(self, settings: Settings) -> None:
         assert settings.redis_url is not None
         self.redis = Redis.from_url(settings.redis_url)
-        self.url = settings.redis_url
         self.log = RedisLog(
             self.redis,
             prefix=settings.redis_prefix,

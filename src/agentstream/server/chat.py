@@ -36,6 +36,7 @@ from agentstream.errors import (
     Conflict,
     Forbidden,
     ModelUnavailable,
+    Unavailable,
     UserError,
 )
 from agentstream.inputs import InputModel
@@ -283,9 +284,9 @@ async def _stream(
         )
     except BaseException as exc:
         release()
-        if isinstance(exc, UserError) and not isinstance(exc, Conflict):
+        if isinstance(exc, UserError) and not isinstance(exc, (Conflict, Unavailable)):
             # the server's problem, not the visitor's (a Conflict is about their own
-            # conversation, already in public words)
+            # conversation, an Unavailable says when to try again: both public words)
             logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
             raise ModelUnavailable(UNAVAILABLE) from None
         raise

@@ -18,9 +18,10 @@ from contextlib import asynccontextmanager
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
+from limits.errors import StorageError
 from redis.asyncio import ConnectionPool
 
-from agentstream.errors import TooManyAttempts
+from agentstream.errors import TooManyAttempts, Unavailable
 
 __all__ = ["InFlight", "Release", "WindowLimiter", "per_minute", "too_many", "window_storage"]
 
@@ -44,10 +45,15 @@ class WindowLimiter:
         self._limiter = MovingWindowRateLimiter(storage)
 
     async def retry_after(self, item: RateLimitItem, *key: str) -> float:
-        """Seconds until the next hit is allowed; 0 if it is allowed now (and counted)."""
-        if await self._limiter.hit(item, *key):
-            return 0.0
-        stats = await self._limiter.get_window_stats(item, *key)
+        """Seconds until the next hit is allowed; 0 if it is allowed now (and counted).
+        ``Unavailable`` while the windows cannot be counted (Redis is away): no guess goes
+        uncounted."""
+        try:
+            if await self._limiter.hit(item, *key):
+                return 0.0
+            stats = await self._limiter.get_window_stats(item, *key)
+        except StorageError:
+            raise Unavailable("Cannot count attempts right now; try again shortly") from None
         return max(stats.reset_time - time.time(), 0.0)
 
 
@@ -66,6 +72,7 @@ async def window_storage(redis_url: str | None, prefix: str) -> AsyncIterator[St
             _async_uri(redis_url),
             implementation="redispy",
             key_prefix=prefix,
+            wrap_exceptions=True,  # StorageError, whichever the cause
             connection_pool=pool,  # type: ignore[arg-type]  # documented; the hint is narrower
         )
     finally:
