@@ -18,7 +18,7 @@ from typing import Literal
 import anyio
 
 from agentstream.agents import AgentSpec, StoredAgent
-from agentstream.errors import Conflict, NotFound, RunError, UserError
+from agentstream.errors import Conflict, NotFound, RunError, ShuttingDown, UserError
 from agentstream.events import (
     BaseEvent,
     FailureStatus,
@@ -209,11 +209,14 @@ class RunManager:
         return await self.store.cancel_paused_run(run_id, last)
 
     async def resume_decided(self) -> None:
-        """At start-up: continue paused runs whose approvals were all decided before a
-        crash cut in."""
+        """At start-up, and every lease round: continue paused runs whose approvals were all
+        decided, but which nobody continued (a crash cut in, or the process that recorded
+        the last decision was stopping). Not while this process is stopping itself."""
         for run_id in await self.store.decided_paused_runs():
             try:
                 await self.resume(run_id)
+            except ShuttingDown:
+                return
             except Exception:
                 logger.exception("Could not continue run %s", run_id)
 
