@@ -30,9 +30,18 @@ import agentstream
 SOURCE = Path(agentstream.__file__).parent
 
 LAYERS = ["agentstream.runtime", "agentstream.workflows", "agentstream.views"]
-"""Packages that know nothing of HTTP or the database."""
+"""Packages that know nothing of HTTP, the database or Redis (the runtime reaches the other
+processes of a cluster through ``runtime.ports.Peers``)."""
 
-FORBIDDEN = ["agentstream.server", "agentstream.store", "fastapi", "starlette", "sqlalchemy"]
+FORBIDDEN = [
+    "agentstream.server",
+    "agentstream.store",
+    "agentstream.cluster",
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "redis",
+]
 """What none of ``LAYERS`` may load, even indirectly."""
 
 
