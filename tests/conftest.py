@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,14 +23,7 @@ from sqlalchemy import make_url
 from agentstream.config import Settings
 from agentstream.knowledge.embedding import embeddings_installed
 from agentstream.providers.base import (
-    ModelPart,
-    ModelRequest,
-    TextPart,
-    ToolCallArgsPart,
-    ToolCallEndPart,
-    ToolCallStartPart,
     ToolSpec,
-    TurnEndPart,
 )
 from agentstream.server import create_app
 from agentstream.sse import ServerSentEvent, SSEDecoder
@@ -91,25 +80,6 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     with serve(make_settings(tmp_path)) as live:
         yield live
-
-
-async def wait(seconds: float = 30.0) -> str:
-    """Wait, then say so."""
-    await anyio.sleep(seconds)
-    return "waited"
-
-
-def call_wait_then_answer(request: ModelRequest) -> list[ModelPart]:
-    """First turn calls the slow tool; after its result, answer."""
-    if request.messages[-1].role == "tool":
-        return [TextPart("done"), TurnEndPart("end_turn")]
-    return [
-        TextPart("Waiting."),
-        ToolCallStartPart("call_1", "wait"),
-        ToolCallArgsPart("call_1", "{}"),
-        ToolCallEndPart("call_1"),
-        TurnEndPart("tool_calls"),
-    ]
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10) -> None:
@@ -284,50 +254,3 @@ def page() -> Iterator[Any]:
         yield page
         browser.close()
         assert not refused, refused
-
-
-@contextmanager
-def crashable_server(
-    data_dir: Path, database_url: str | None = None, *, lease_seconds: float = 15.0
-) -> Iterator[tuple[LiveServer, Callable[[], None]]]:
-    """The demo server in a process of its own, with the ``waiter`` agent (its tool waits
-    30 s), and a function that kills it with SIGKILL: a crash, for restart tests."""
-    port = free_port()
-    settings = make_settings(data_dir, database_url=database_url, lease_seconds=lease_seconds)
-    program = textwrap.dedent(f"""
-        import uvicorn
-        from pathlib import Path
-        from agentstream.agents import AgentSpec
-        from agentstream.config import Settings
-        from agentstream.providers.scripted import ScriptedModel
-        from agentstream.runtime.tools import Tool
-        from agentstream.server import create_app
-        from conftest import call_wait_then_answer, wait
-        app = create_app(
-            Settings(
-                data_dir=Path({str(data_dir)!r}),
-                database_url={database_url!r},
-                lease_seconds={lease_seconds!r},
-                demo=True,
-            ),
-            tools=[Tool.from_function(wait)],
-            models=[ScriptedModel("scripted-wait", call_wait_then_answer)],
-            agents=[AgentSpec(id="waiter", model="scripted-wait", tools=["wait"])],
-        )
-        uvicorn.run(app, host="127.0.0.1", port={port}, log_level="warning")
-    """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    process = subprocess.Popen([sys.executable, "-c", program], env=env)
-
-    def crash() -> None:
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url)
-        key = (data_dir / "demo-key").read_text().strip()
-        yield LiveServer(url=url, key=key, settings=settings), crash
-    finally:
-        process.kill()
-        process.wait(10)

@@ -14,14 +14,13 @@ from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from conftest import (
     LiveServer,
-    call_wait_then_answer,
     latest_run_id,
     make_settings,
     read_events,
     serve,
-    wait,
     wait_for_status,
 )
+from fakes.test_app import call_wait_then_answer, wait
 
 V1 = {"X-Sim-Stream-Protocol": "agent-events-v1"}
 MAIL: list[tuple[str, str]] = []

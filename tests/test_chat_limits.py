@@ -14,7 +14,8 @@ import pytest
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
-from conftest import LiveServer, call_wait_then_answer, make_settings, serve, wait, wait_until
+from conftest import LiveServer, make_settings, serve, wait_until
+from fakes.test_app import call_wait_then_answer, wait
 
 
 @pytest.fixture(scope="module")

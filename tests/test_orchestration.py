@@ -30,14 +30,13 @@ from agentstream.sse import SSEDecoder
 from agentstream.views.native import NativeFrameAdapter
 from conftest import (
     LiveServer,
-    call_wait_then_answer,
     make_settings,
     read_events,
     serve,
     stream_frames,
-    wait,
     wait_until,
 )
+from fakes.test_app import call_wait_then_answer, wait
 
 ALPHA = "Alpha reporting: the north wall is sound and the gate is shut."
 BETA = "Beta reporting: the south field is dry and the well is full."

@@ -26,16 +26,15 @@ from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
 from conftest import (
     LiveServer,
-    call_wait_then_answer,
-    crashable_server,
     make_settings,
     read_events,
     run_events,
     serve,
     stream_frames,
-    wait,
     wait_for_status,
 )
+from fakes.test_app import call_wait_then_answer, wait
+from processes import server_process
 
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
@@ -213,8 +212,10 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     process is dead; on PostgreSQL, shared by design, it waits for that process's lease."""
     database_url = request.getfixturevalue("postgres_url") if store == "postgresql" else None
     with (
-        crashable_server(tmp_path, database_url, lease_seconds=1) as (crashed, crash),
-        crashed.client() as client,
+        server_process(
+            make_settings(tmp_path, database_url=database_url, lease_seconds=1)
+        ) as crashed,
+        crashed.live.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,
     ):
         decoder = SSEDecoder()
@@ -223,10 +224,10 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
             seen += [e.json() for e in decoder.feed(chunk)]
             if any(frame["event"] == "tool_call" for frame in seen):
                 break
-        crash()
+        crashed.kill()
     run_id = seen[0]["run_id"]
 
-    with serve(crashed.settings) as restarted, restarted.client() as client:
+    with serve(crashed.live.settings) as restarted, restarted.client() as client:
         run = wait_for_status(restarted, run_id)
         replay = read_events(client.get(f"/api/agents/runs/{run_id}/stream"))
         last_seen = run["events"][-2]["seq"]  # the tool call, the last event before the crash

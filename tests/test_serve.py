@@ -26,7 +26,6 @@ import pytest
 from agentstream.client import Client
 from agentstream.sse import SSEDecoder
 from conftest import (
-    crashable_server,
     free_port,
     make_settings,
     new_postgres_database,
@@ -35,6 +34,7 @@ from conftest import (
     wait_until,
     wait_until_up,
 )
+from processes import server_process
 
 SERVE = [sys.executable, "-m", "agentstream", "serve"]
 ENV = {
@@ -93,7 +93,7 @@ def gated_server(data_dir: Path, port: int, gate: Path) -> list[str]:
         from agentstream.runtime.tools import Tool
         from agentstream.server import create_app
         from agentstream.server.serving import claim, run
-        from conftest import call_wait_then_answer
+        from fakes.test_app import call_wait_then_answer
 
         async def wait() -> str:
             while not Path({str(gate)!r}).exists():
@@ -147,12 +147,12 @@ def test_a_second_server_on_the_same_data_dir_refuses_and_leaves_the_first_alone
 
 def test_a_server_on_a_taken_port_touches_no_data(tmp_path: Path) -> None:
     with (
-        crashable_server(tmp_path) as (crashed, crash),
-        crashed.client() as client,
+        server_process(make_settings(tmp_path)) as crashed,
+        crashed.live.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as live,
     ):
         until(frames_of(live), "tool_call")
-        crash()  # a run left running, for a recovery to interrupt
+        crashed.kill()  # a run left running, for a recovery to interrupt
     before = _fingerprint(tmp_path)
 
     with closing(socket.create_server(("127.0.0.1", 0))) as taken:

@@ -16,13 +16,12 @@ from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from conftest import (
     LiveServer,
-    call_wait_then_answer,
     latest_run_id,
     make_settings,
     serve,
-    wait,
     wait_until,
 )
+from fakes.test_app import call_wait_then_answer, wait
 
 CHAT = {"X-Sim-Stream-Protocol": "agent-events-v1"}
 

@@ -39,15 +39,14 @@ from agentstream.views.workflow import WorkflowFrameAdapter
 from agentstream.workflows import WorkflowEngine, parse_workflow
 from conftest import (
     LiveServer,
-    call_wait_then_answer,
-    crashable_server,
     latest_run_id,
     make_settings,
     read_events,
     serve,
-    wait,
     wait_until,
 )
+from fakes.test_app import call_wait_then_answer, wait
+from processes import server_process
 
 FORWARDED_ONLY = {"content_delta", "reasoning_delta"}
 
@@ -677,14 +676,14 @@ def test_a_timeout_ends_the_canvas_stream_with_an_error_not_a_cancel(tmp_path: P
 
 
 def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -> None:
-    with crashable_server(tmp_path) as (crashed, crash):
-        save(crashed, _waiting())
+    with server_process(make_settings(tmp_path)) as crashed:
+        save(crashed.live, _waiting())
         with (
-            crashed.client() as client,
+            crashed.live.client() as client,
             client.stream("POST", "/api/workflows/waits/run/stream", json={}) as response,
         ):
             execution_id = _until_tool_call(response)[0]["execution_id"]
-            crash()
+            crashed.kill()
 
     with serve_workflows(tmp_path) as restarted:
         record = execution(restarted, execution_id)
