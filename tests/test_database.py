@@ -310,3 +310,28 @@ async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
         assert execution.error == "lost too"
     finally:
         await store.close()
+
+
+async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
+    database_url: str,
+) -> None:
+    store = await Store.open(database_url)
+    processes = ProcessStore(store.db)
+    lost = anyio.Event()
+
+    async def stop_the_runs() -> None:
+        lost.set()
+
+    leases = Leases(processes, "prc_slow", lease_seconds=1, lost=stop_the_runs)
+    try:
+        await leases.join("here", alone=False)
+        await processes.forget_expired(time.time() + 60)  # another found its lease run out
+        async with anyio.create_task_group() as rounds:
+            rounds.start_soon(leases.keep)
+            with anyio.fail_after(10):
+                await lost.wait()
+                while not await processes.renew("prc_slow", time.time() + 1):
+                    await anyio.sleep(0.05)  # on record again
+            rounds.cancel_scope.cancel()
+    finally:
+        await store.close()

@@ -36,13 +36,16 @@ class Leases:
         lease_seconds: float,
         peers: Peers | None = None,
         each_round: Callable[[], Awaitable[None]] | None = None,
+        lost: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """``each_round`` runs after every renewal (continuing decided paused runs)."""
+        """``each_round`` runs after every renewal (continuing decided paused runs);
+        ``lost`` when the lease was found taken (interrupting this process's runs)."""
         self.store = store
         self.process_id = process_id
         self.lease_seconds = lease_seconds
         self.peers = peers
         self.each_round = each_round
+        self.lost = lost
         self.address = ""
 
     async def join(self, address: str, *, alone: bool) -> int:
@@ -69,10 +72,12 @@ class Leases:
             try:
                 if not await self.store.renew(self.process_id, time.time() + self.lease_seconds):
                     logger.error(
-                        "This process (%s) was taken for dead: its runs may have been ended"
-                        " by another; is its clock or database slow?",
+                        "This process (%s) was taken for dead (is its clock or database"
+                        " slow?): its runs were ended by another, so it stops them too",
                         self.process_id,
                     )
+                    if self.lost is not None:
+                        await self.lost()
                     await self._register()
                 await self.sweep()
                 if self.each_round is not None:

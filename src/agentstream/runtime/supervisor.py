@@ -86,7 +86,7 @@ class Supervisor:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._group is not None
-        await self._interrupt_live()
+        await self.interrupt_all()
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(kind, exc, tb)
         self._group = None
@@ -106,9 +106,11 @@ class Supervisor:
         with anyio.move_on_after(grace):
             while self._live:
                 await next(iter(self._live.values())).done.wait()
-        await self._interrupt_live()
+        await self.interrupt_all()
 
-    async def _interrupt_live(self) -> None:
+    async def interrupt_all(self) -> None:
+        """End every live run ``interrupted``, giving them ``SHUTDOWN_GRACE`` seconds to
+        record it."""
         live = list(self._live.values())
         for each in live:
             each.stop("interrupted", INTERRUPTED)

@@ -131,6 +131,7 @@ def create_app(
                 lease_seconds=settings.lease_seconds,
                 peers=cluster,
                 each_round=manager.resume_decided,
+                lost=supervisor.interrupt_all,
             )
             async with AsyncExitStack() as stack:
                 if cluster is not None:
