@@ -8,7 +8,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ import anyio
 import asyncpg
 import httpx
 import pytest
+import redis
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
@@ -80,6 +81,14 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     with serve(make_settings(tmp_path)) as live:
         yield live
+
+
+async def eventually(check: Callable[[], Awaitable[object]]) -> None:
+    """Poll an async ``check`` until it holds (for state in a database or Redis, which
+    cannot be awaited); fail after 10 seconds."""
+    with anyio.fail_after(10):
+        while not await check():  # noqa: ASYNC110 (polling another process's state)
+            await anyio.sleep(0.05)
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10) -> None:
@@ -254,3 +263,30 @@ def page() -> Iterator[Any]:
         yield page
         browser.close()
         assert not refused, refused
+
+
+REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """This machine's Redis; skipped when none answers, except in CI."""
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    return REDIS_URL
+
+
+@pytest.fixture
+def cluster_database(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL database of this test's own: the leases of other tests' processes are
+    none of its business."""
+    name = f"agentstream_cluster_{uuid.uuid4().hex[:12]}"
+    postgres_admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -4,10 +4,9 @@ truthfully when its process dies."""
 
 from __future__ import annotations
 
-import os
+import asyncio
 import shutil
 import signal
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,42 +17,16 @@ import redis
 
 from agentstream.events import INTERRUPTED
 from agentstream.sse import ServerSentEvent, SSEDecoder
-from conftest import free_port, postgres_admin, read_events, wait_until
+from conftest import free_port, read_events, wait_until
 from fakes.test_app import COUNTED
 from processes import ServerProcess, cluster, start_redis
 
 COUNT = "/api/agents/counter/run/stream"
 
-REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
 
 @pytest.fixture
-def redis_url() -> str:
-    """This machine's Redis; skipped when none answers, except in CI."""
-    try:
-        redis.Redis.from_url(REDIS_URL).ping()
-    except redis.RedisError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    return REDIS_URL
-
-
-@pytest.fixture
-def database_url(postgres_url: str) -> Iterator[str]:
-    """A PostgreSQL database of this test's own: the leases of other tests' processes are
-    none of its business."""
-    name = f"agentstream_cluster_{uuid.uuid4().hex[:12]}"
-    postgres_admin(f'CREATE DATABASE "{name}"')
-    try:
-        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def two(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[list[ServerProcess]]:
-    with cluster(tmp_path, database_url, redis_url, lease_seconds=1) as processes:
+def two(tmp_path: Path, cluster_database: str, redis_url: str) -> Iterator[list[ServerProcess]]:
+    with cluster(tmp_path, cluster_database, redis_url, lease_seconds=1) as processes:
         yield processes
 
 
@@ -273,7 +246,7 @@ def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
 
 
 def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(
-    tmp_path: Path, database_url: str
+    tmp_path: Path, cluster_database: str
 ) -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
@@ -282,7 +255,7 @@ def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(
     server = start_redis(port)
     try:
         with (
-            cluster(tmp_path, database_url, url, lease_seconds=1) as (a, b),
+            cluster(tmp_path, cluster_database, url, lease_seconds=1) as (a, b),
             a.live.client() as on_a,
             b.live.client() as on_b,
             on_a.stream(
@@ -349,3 +322,35 @@ def test_sigterm_drains_a_process_while_the_other_follows_and_serves_on(
     assert run["status"] == "completed"
     assert exit_code == -signal.SIGTERM, "a clean stop: uvicorn ends by the signal it got"
     assert after[-1]["event"] == "complete", "the other process takes the new runs"
+
+
+def test_more_viewers_in_the_other_process_than_redis_has_connections_by_default(
+    two: list[ServerProcess],
+) -> None:
+    """redis-py pools 100 connections; each remote viewer waits on one at a time."""
+    a, b = two
+    viewers = 150
+
+    async def follow(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+        async with client.stream("GET", f"/api/agents/runs/{run_id}/stream") as response:
+            assert response.status_code == 200
+            decoder = SSEDecoder()
+            return [e.json() async for chunk in response.aiter_bytes() for e in decoder.feed(chunk)]
+
+    async def watch(run_id: str) -> list[list[dict[str, Any]]]:
+        limits = httpx.Limits(max_connections=viewers)
+        async with httpx.AsyncClient(
+            base_url=b.live.url, headers=b.live.headers, timeout=60, limits=limits
+        ) as client:
+            return await asyncio.gather(*(follow(client, run_id) for _ in range(viewers)))
+
+    with (
+        a.live.client() as on_a,
+        on_a.stream("POST", COUNT, json={"message": "go"}) as started,
+    ):
+        from_a = events(started)
+        run_id = until(from_a, "start")[0]["run_id"]
+        seen = asyncio.run(watch(run_id))
+        own = rest(from_a)
+
+    assert all(frames[-1] == own[-1] for frames in seen), "every viewer to the end"

@@ -36,6 +36,7 @@ from agentstream.store.processes import ProcessStore
 from agentstream.store.tables import RunEventRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
+from conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -330,8 +331,7 @@ async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
             rounds.start_soon(leases.keep)
             with anyio.fail_after(10):
                 await lost.wait()
-                while not await processes.renew("prc_slow", time.time() + 1):
-                    await anyio.sleep(0.05)  # on record again
+            await eventually(lambda: processes.renew("prc_slow", time.time() + 1))  # again
             rounds.cancel_scope.cancel()
     finally:
         await store.close()

@@ -5,22 +5,27 @@ leases). The embedded default has no cluster: one process, all in memory."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from agentstream.cluster.cancels import CancelChannel
 from agentstream.cluster.redis_log import RedisLog, RedisSubscription
 from agentstream.config import Settings
-from agentstream.errors import ConfigError
+from agentstream.errors import ConfigError, Unavailable
 from agentstream.events import Event
 
 __all__ = ["Cluster"]
 
 logger = logging.getLogger(__name__)
+
+FOLLOWER_CONNECTIONS = 1000
+"""Connections to Redis for the viewers this process serves of runs executing elsewhere
+(each waits on one while it waits for events); more viewers queue for a connection (a
+``max_connections`` in the URL sets another number)."""
 
 FINAL_FLUSH = 5.0
 """Seconds a stopping process gives its last log writes."""
@@ -33,11 +38,17 @@ class Cluster:
     def __init__(self, settings: Settings) -> None:
         assert settings.redis_url is not None
         self.redis = Redis.from_url(settings.redis_url)
+        self.followers = Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                settings.redis_url, max_connections=FOLLOWER_CONNECTIONS, timeout=None
+            )
+        )
         self.log = RedisLog(
             self.redis,
             prefix=settings.redis_prefix,
             retention=settings.run_retention_seconds,
             max_events=settings.log_max_events,
+            followers=self.followers,
         )
         self.cancels = CancelChannel(self.redis, prefix=settings.redis_prefix)
 
@@ -48,6 +59,7 @@ class Cluster:
         try:
             await self.redis.ping()
         except (RedisError, OSError) as exc:
+            await self.followers.aclose()
             await self.redis.aclose()
             raise ConfigError(f"AGENTSTREAM_REDIS_URL: Redis does not answer ({exc})") from None
         try:
@@ -66,16 +78,34 @@ class Cluster:
                 except (RedisError, OSError) as exc:
                     logger.error("The last live log writes were lost: %s", exc)
         finally:
+            await self.followers.aclose()
             await self.redis.aclose()
 
     async def subscribe(self, run_id: str, *, after: int) -> RedisSubscription | None:
-        return await self.log.subscribe(run_id, after=after)
+        """None while Redis is away, too: the viewer gets the stored events meanwhile."""
+        try:
+            return await self.log.subscribe(run_id, after=after)
+        except (RedisError, OSError) as exc:
+            logger.warning("Redis is away (%s): %s is followed from the store", exc, run_id)
+            return None
 
     async def cancel(self, run_id: str, reason: str) -> None:
-        await self.cancels.publish(run_id, reason)
+        with _unavailable("cancel a run in another process"):
+            await self.cancels.publish(run_id, reason)
 
     async def last_seq(self, run_id: str) -> int:
-        return await self.log.last_seq(run_id)
+        with _unavailable("reach the live log"):
+            return await self.log.last_seq(run_id)
 
     async def seal(self, last: Event) -> None:
-        await self.log.seal(last)
+        with _unavailable("reach the live log"):
+            await self.log.seal(last)
+
+
+@contextmanager
+def _unavailable(action: str) -> Iterator[None]:
+    """Redis away: ``Unavailable`` (503, try again shortly), not an internal error."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise Unavailable(f"Cannot {action} right now (Redis is away: {exc})") from None

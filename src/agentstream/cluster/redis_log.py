@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from agentstream.events import Event, EventAdapter
 
-__all__ = ["RedisLog", "RedisSubscription"]
+__all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,10 @@ without anyone ending its runs leaves nothing behind for longer)."""
 
 BATCH = 512
 """Most operations sent in one round trip."""
+
+MAX_QUEUED = 200_000
+"""Writes kept while Redis is away; past this, the oldest go (a viewer in another process
+then finds a gap and resumes from the store)."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -72,8 +76,12 @@ class RedisLog:
         prefix: str,
         retention: float,
         max_events: int,
+        followers: Redis | None = None,
     ) -> None:
+        """``followers``: the client whose connections viewers block on (``XREAD``), so
+        that many of them never take the connections writes need; default ``redis``."""
         self._redis = redis
+        self._followers = followers or redis
         self._prefix = prefix
         self._retention = max(1, round(retention))
         self._max_events = max_events
@@ -106,6 +114,11 @@ class RedisLog:
         self._queue.append(op)
         self._pushed += 1
         self._queued.set()
+        if len(self._queue) > MAX_QUEUED:  # Redis has been away for long: keep the newest
+            dropped = MAX_QUEUED // 10
+            del self._queue[:dropped]
+            self._sent += dropped
+            logger.error("Redis is away: %d live log writes dropped", dropped)
 
     async def sync(self) -> None:
         """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
@@ -135,8 +148,12 @@ class RedisLog:
         queued, in order."""
         while self._queue:
             batch = self._queue[:BATCH]
-            await self._send(batch)
-            del self._queue[: len(batch)]
+            del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push
+            try:
+                await self._send(batch)
+            except BaseException:
+                self._queue[:0] = batch
+                raise
             self._sent += len(batch)
             self._progress.set()
             self._progress = anyio.Event()
@@ -165,7 +182,8 @@ class RedisLog:
         for key, seconds in touched.items():
             pipe.expire(key, seconds)
         for result in await pipe.execute(raise_on_error=False):
-            if isinstance(result, RedisError):  # e.g. a stream sealed by another process
+            if isinstance(result, RedisError) and "equal or smaller" not in str(result):
+                # (that one is a write sent again after a connection broke mid-batch)
                 logger.error("The live log refused a write: %s", result)
 
     async def subscribe(self, run_id: str, *, after: int) -> RedisSubscription | None:
@@ -185,7 +203,7 @@ class RedisLog:
             int(first_fields[_OPEN]) if _OPEN in first_fields else _seq(first_id) - 1
         )  # an event first: the ones before it were trimmed
         return RedisSubscription(
-            self._redis,
+            self._followers,
             key,
             after=max(after, base),
             starts_after=base,
@@ -218,7 +236,7 @@ class RedisSubscription:
         self._key = key
         self._cursor = f"{after}-0"
         self._expected = after + 1
-        """Seqs are consecutive in a run's stream: one missing was trimmed away."""
+        """The seq that comes next unless one is missing (trimmed, or never written)."""
         self.starts_after = starts_after
         self.ended = ended
         self._done = False
@@ -249,14 +267,22 @@ class RedisSubscription:
                     self._done = self.ended = True
                     break
                 if _EVENT in fields:
-                    if _seq(entry_id) != self._expected:
-                        self._done = True  # trimmed while this viewer lagged behind
+                    seq = _seq(entry_id)
+                    if seq != self._expected and await self._trimmed():
+                        self._done = True
                         break
-                    self._expected += 1
+                    self._expected = seq + 1
                     events.append(EventAdapter.validate_json(fields[_EVENT]))
             if events:
                 return events
         return []
+
+    async def _trimmed(self) -> bool:
+        """Whether the next seq this viewer expects was trimmed away while it lagged
+        behind (the stream now starts past it), rather than never written (a run's event
+        that could not be stored is not published: its seq is a hole)."""
+        first = cast(list[Entry], await self._redis.xrange(self._key, count=1))
+        return bool(first) and _EVENT in first[0][1] and _seq(first[0][0]) > self._expected
 
     def close(self) -> None:
         self._done = True

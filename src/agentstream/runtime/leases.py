@@ -101,7 +101,10 @@ class Leases:
             if await self.store.interrupt(last):
                 ended += 1
                 if self.peers is not None:
-                    await self.peers.seal(last)
+                    try:
+                        await self.peers.seal(last)
+                    except Exception:  # stored: its viewers elsewhere resume to find it
+                        logger.exception("Could not end the live log of run %s", run_id)
         await self.store.forget_expired(at)
         if ended:
             logger.warning("Ended %d run(s) left running by a stopped process", ended)

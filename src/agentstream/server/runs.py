@@ -198,12 +198,16 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
     in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
     the next message."""
-    cancelled = await svc.supervisor.stop(
-        run_id, "Run cancelled", wait=STOP_WAIT
-    ) or await svc.runs.cancel_paused(run_id)
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
+    cancelled = False
+    if run.status == "awaiting_approval":
+        cancelled = await svc.runs.cancel_paused(run_id)
+    elif run.status == "running":  # in whichever process runs it
+        cancelled = await svc.supervisor.stop(run_id, "Run cancelled", wait=STOP_WAIT)
+    run = await svc.store.get_run(run_id)
+    assert run is not None
     if not cancelled:
         raise Conflict(f"Run {run_id!r} has ended (status: {run.status})", field="run_id")
     return {"run_id": run_id, "status": run.status}

@@ -216,7 +216,10 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
-    cancelled = await svc.supervisor.stop(execution_id, "Execution cancelled", wait=STOP_WAIT)
+    record = await _record_or_404(svc, execution_id)
+    cancelled = record.status == "running" and await svc.supervisor.stop(
+        execution_id, "Execution cancelled", wait=STOP_WAIT
+    )
     record = await _record_or_404(svc, execution_id)
     if not cancelled:
         raise Conflict(

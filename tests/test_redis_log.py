@@ -1,0 +1,141 @@
+"""The Redis mirror of the live log, against a real Redis: another process reads a run's
+events from any seq, learns where the stream starts when older entries were trimmed, stops
+at a gap rather than skip it, and gets what was written while Redis was away."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import anyio.lowlevel
+import pytest
+from redis.asyncio import Redis
+
+from agentstream.cluster import redis_log
+from agentstream.cluster.redis_log import Entry, RedisLog
+from agentstream.events import Event, StepStarted
+from conftest import eventually, free_port
+from processes import start_redis
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+def step(seq: int) -> StepStarted:
+    return StepStarted(run_id="run_x", seq=seq, ts=0.0, step=seq)
+
+
+def log_of(redis: Redis, prefix: str, **options: int) -> RedisLog:
+    return RedisLog(redis, prefix=prefix, retention=60, max_events=options.get("max_events", 100))
+
+
+async def until_seq(log: RedisLog, seq: int) -> bool:
+    return await log.last_seq("run_x") >= seq
+
+
+async def seqs(events: list[Event]) -> list[int]:
+    return [event.seq for event in events]
+
+
+async def test_another_process_reads_a_run_from_any_seq_to_its_end(redis: Redis) -> None:
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    for seq in range(1, 6):
+        writer.append(step(seq))
+    await writer.flush()
+    following = await reader.subscribe("run_x", after=2)
+    assert following is not None
+    assert (following.starts_after, following.ended) == (0, False)
+    assert await seqs(await following.next_batch()) == [3, 4, 5]
+    writer.append(step(6))
+    writer.close("run_x")
+    await writer.flush()
+    assert await seqs(await following.next_batch()) == [6]
+    assert await following.next_batch() == []
+    assert following.ended
+    assert await reader.last_seq("run_x") == 6
+    assert await reader.subscribe("run_y", after=0) is None, "no stream: the store has it"
+
+
+async def test_a_trimmed_stream_says_where_it_starts_and_a_lagging_viewer_stops_at_a_gap(
+    redis: Redis,
+) -> None:
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix, max_events=10), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    writer.append(step(1))
+    await writer.flush()
+    lagging = await reader.subscribe("run_x", after=0)
+    assert lagging is not None
+    for seq in range(2, 400):
+        writer.append(step(seq))
+        await writer.flush()  # one XADD at a time: each one trims
+    late = await reader.subscribe("run_x", after=0)
+    assert late is not None
+    assert late.starts_after > 1, "the store has the events before the stream's first"
+    first = await late.next_batch()
+    assert first[0].seq == late.starts_after + 1
+    assert await lagging.next_batch() == [], "a gap ends the viewer (it resumes elsewhere)"
+    assert not lagging.ended, "the run goes on"
+
+
+async def test_writes_made_while_redis_is_away_arrive_once_it_is_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redis_log, "MAX_QUEUED", 100)  # past it, the newest are kept
+    port = free_port()
+    server = start_redis(port)
+    client = Redis(port=port)
+    writer = log_of(client, "test")
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(writer.run)
+            writer.open("run_x", after=0)
+            writer.append(step(1))
+            await writer.sync()
+            server.terminate()  # and it forgets everything
+            server.wait(10)
+            for seq in range(2, 202):
+                writer.append(step(seq))
+                await anyio.lowlevel.checkpoint()
+            server = start_redis(port)
+            await eventually(lambda: until_seq(writer, 201))
+            tasks.cancel_scope.cancel()
+        entries: list[Entry] = await client.xrange("test:log:run_x")  # type: ignore[assignment]
+        kept = [int(entry_id.split(b"-")[0]) for entry_id, _ in entries]
+    finally:
+        server.terminate()
+        server.wait(10)
+        await client.aclose()
+    assert kept == sorted(set(kept)), "in order, each once"
+    assert kept[-90:] == list(range(112, 202)), "the newest, every one"
+    assert len(kept) <= 102, "the oldest were dropped (the store has the persisted ones)"
+
+
+async def test_a_seq_never_written_is_a_hole_a_viewer_reads_past(redis: Redis) -> None:
+    """An event the run could not store is not published; its seq is missing for good."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    for seq in (1, 2, 4, 5):
+        writer.append(step(seq))
+    writer.close("run_x")
+    await writer.flush()
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    assert await seqs(await following.next_batch()) == [1, 2, 4, 5]
+    assert await following.next_batch() == []
+    assert following.ended
