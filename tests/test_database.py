@@ -30,13 +30,14 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
+from agentstream.runlog import RunLog
 from agentstream.runtime.leases import Leases
+from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.store import Store
 from agentstream.store.processes import ProcessStore
 from agentstream.store.tables import RunEventRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
-from conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -260,9 +261,10 @@ async def test_runs_of_a_dead_process_end_interrupted_once_and_live_ones_are_lef
         started = RunStarted(run_id=wfx, seq=1, ts=1.0, workflow_id="f")
         await workflows.append_event(started)
 
-        me = Leases(processes, "prc_me", lease_seconds=15)
+        me = Leases(processes, Supervisor(RunLog()), lease_seconds=15)
         assert await me.join("here", alone=False) == 2
-        assert await Leases(processes, "prc_other", lease_seconds=15).sweep() == 0, "once"
+        other = Leases(processes, Supervisor(RunLog()), lease_seconds=15)
+        assert await other.sweep() == 0, "once"
         for run_id in (orphan, wfx):
             [first, stopped] = await store.runs.events(run_id)
             assert first.type == "run_started"
@@ -313,25 +315,45 @@ async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
         await store.close()
 
 
+async def test_a_run_of_this_process_it_no_longer_runs_is_ended_at_the_second_sweep(
+    database_url: str,
+) -> None:
+    """Its end could not be saved (the database was away): it would stay ``running``, and
+    its conversation busy, for good."""
+    store = await Store.open(database_url)
+    supervisor = Supervisor(RunLog())
+    leases = Leases(ProcessStore(store.db), supervisor, lease_seconds=15)
+    run_id = f"run_{uuid.uuid4().hex}"
+    try:
+        await leases.join("here", alone=False)
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}", owner=supervisor.process_id)
+        assert await leases.sweep() == 0, "it may be starting: not at once"
+        assert await leases.sweep() == 1
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert run.status == "interrupted"
+    finally:
+        await store.close()
+
+
 async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
     database_url: str,
 ) -> None:
     store = await Store.open(database_url)
     processes = ProcessStore(store.db)
-    lost = anyio.Event()
+    endings: list[object] = []
 
-    async def stop_the_runs() -> None:
-        lost.set()
+    async def record(ending: object) -> None:
+        endings.append(ending)
 
-    leases = Leases(processes, "prc_slow", lease_seconds=1, lost=stop_the_runs)
     try:
-        await leases.join("here", alone=False)
-        await processes.forget_expired(time.time() + 60)  # another found its lease run out
-        async with anyio.create_task_group() as rounds:
-            rounds.start_soon(leases.keep)
-            with anyio.fail_after(10):
-                await lost.wait()
-            await eventually(lambda: processes.renew("prc_slow", time.time() + 1))  # again
-            rounds.cancel_scope.cancel()
+        async with Supervisor(RunLog()) as supervisor:
+            leases = Leases(processes, supervisor, lease_seconds=1)
+            await leases.join("here", alone=False)
+            supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
+            await processes.forget_expired(time.time() + 60)  # another found its lease out
+            await leases.round()
+            assert endings == [Stopped("interrupted", INTERRUPTED)]
+            assert await processes.renew(supervisor.process_id, time.time() + 1), "on record"
     finally:
         await store.close()

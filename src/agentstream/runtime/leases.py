@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from agentstream.events import INTERRUPTED, RunFailed
-from agentstream.runtime.ports import LeaseStore, Peers
+from agentstream.runtime.ports import LeaseStore
+from agentstream.runtime.supervisor import Supervisor
 
 __all__ = ["Leases"]
 
@@ -31,22 +32,20 @@ class Leases:
     def __init__(
         self,
         store: LeaseStore,
-        process_id: str,
+        supervisor: Supervisor,
         *,
         lease_seconds: float,
-        peers: Peers | None = None,
         each_round: Callable[[], Awaitable[None]] | None = None,
-        lost: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """``each_round`` runs after every renewal (continuing decided paused runs);
-        ``lost`` when the lease was found taken (interrupting this process's runs)."""
+        """``each_round`` runs after every renewal (continuing decided paused runs)."""
         self.store = store
-        self.process_id = process_id
+        self.supervisor = supervisor
+        self.process_id = supervisor.process_id
         self.lease_seconds = lease_seconds
-        self.peers = peers
         self.each_round = each_round
-        self.lost = lost
         self.address = ""
+        self._suspects: set[str] = set()
+        """This process's runs that it no longer ran at the last sweep."""
 
     async def join(self, address: str, *, alone: bool) -> int:
         """Register this process (listening on ``address``), then end the runs dead
@@ -66,49 +65,66 @@ class Leases:
         )
 
     async def keep(self) -> None:
-        """Renew the lease and sweep, every third of a lease, until cancelled."""
+        """A round every third of a lease, until cancelled."""
         while True:
             await anyio.sleep(self.lease_seconds / 3)
             try:
-                if not await self.store.renew(self.process_id, time.time() + self.lease_seconds):
-                    logger.error(
-                        "This process (%s) was taken for dead (is its clock or database"
-                        " slow?): its runs were ended by another, so it stops them too",
-                        self.process_id,
-                    )
-                    if self.lost is not None:
-                        await self.lost()
-                    await self._register()
-                await self.sweep()
-                if self.each_round is not None:
-                    await self.each_round()
+                await self.round()
             except Exception:
                 logger.exception("Lease round failed; trying again")
 
+    async def round(self) -> None:
+        """Renew the lease, sweep, then ``each_round``. A lease found taken means the
+        others took this process for dead and ended its runs: it stops them too."""
+        if not await self.store.renew(self.process_id, time.time() + self.lease_seconds):
+            logger.error(
+                "This process (%s) was taken for dead (is its clock or database slow?):"
+                " its runs were ended by another, so it stops them too",
+                self.process_id,
+            )
+            await self.supervisor.interrupt_all()
+            await self._register()
+        await self.sweep()
+        if self.each_round is not None:
+            await self.each_round()
+
     async def sweep(self, *, alone: bool = False) -> int:
-        """End the runs whose process is dead; how many this process ended."""
+        """End the runs no process runs: those of dead processes, and this one's that it
+        has not run for two sweeps (their end could not be saved); how many it ended."""
         at = time.time()
         ended = 0
-        for run_id, last_stored in await self.store.orphaned(self.process_id, at=at, alone=alone):
-            last_live = await self.peers.last_seq(run_id) if self.peers is not None else 0
-            last = RunFailed(
-                run_id=run_id,
-                seq=max(last_stored, last_live) + 1,
-                ts=time.time(),
-                status="interrupted",
-                message=INTERRUPTED,
-            )
-            if await self.store.interrupt(last):
-                ended += 1
-                if self.peers is not None:
-                    try:
-                        await self.peers.seal(last)
-                    except Exception:  # stored: its viewers elsewhere resume to find it
-                        logger.exception("Could not end the live log of run %s", run_id)
+        found = await self.store.orphaned(self.process_id, at=at, alone=alone)
+        gone = {run_id for run_id, _, mine in found if mine and not self.supervisor.get(run_id)}
+        for run_id, last_stored, mine in found:
+            if mine and run_id not in gone & self._suspects:
+                continue  # it runs here, or has just stopped running: next time
+            ended += await self._interrupt(run_id, last_stored)
+        self._suspects = gone
         await self.store.forget_expired(at)
         if ended:
             logger.warning("Ended %d run(s) left running by a stopped process", ended)
         return ended
+
+    async def _interrupt(self, run_id: str, last_stored: int) -> bool:
+        """End an orphaned run with its terminal event, after anything it wrote (live-only
+        deltas included); False if another process ended it first."""
+        peers = self.supervisor.peers
+        last_live = await peers.last_seq(run_id) if peers is not None else 0
+        last = RunFailed(
+            run_id=run_id,
+            seq=max(last_stored, last_live) + 1,
+            ts=time.time(),
+            status="interrupted",
+            message=INTERRUPTED,
+        )
+        if not await self.store.interrupt(last):
+            return False
+        if peers is not None:
+            try:
+                await peers.seal(last)
+            except Exception:  # stored: its viewers elsewhere resume to find it
+                logger.exception("Could not end the live log of run %s", run_id)
+        return True
 
     async def leave(self) -> None:
         """Give the lease back (every run of this process has ended)."""

@@ -191,7 +191,10 @@ class LeaseStore(Protocol):
 
     async def orphaned(
         self, process_id: str, *, at: float, alone: bool
-    ) -> list[tuple[str, int]]: ...
+    ) -> Sequence[tuple[str, int, bool]]:
+        """Runs going that no living process owns, and this one's: (run id, last stored
+        seq, this process's)."""
+        ...
 
     async def interrupt(self, last: RunFailed) -> bool: ...
 

@@ -127,11 +127,9 @@ def create_app(
             )
             leases = Leases(
                 ProcessStore(store.db),
-                supervisor.process_id,
+                supervisor,
                 lease_seconds=settings.lease_seconds,
-                peers=cluster,
                 each_round=manager.resume_decided,
-                lost=supervisor.interrupt_all,
             )
             async with AsyncExitStack() as stack:
                 if cluster is not None:

@@ -8,6 +8,8 @@ out (or that has no owner on record) can never finish: whoever finds it ends it
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlalchemy import delete, func, or_, select, update
 
 from agentstream.events import RunFailed
@@ -16,7 +18,16 @@ from agentstream.store.database import Database
 from agentstream.store.runs import event_row
 from agentstream.store.tables import RunEventRow, RunRow, ServerProcessRow
 
-__all__ = ["ProcessStore"]
+__all__ = ["Orphan", "ProcessStore"]
+
+
+class Orphan(NamedTuple):
+    run_id: str
+    last_seq: int
+    """Of its last persisted event."""
+    mine: bool
+    """Owned by the asking process: an orphan only if that process no longer runs it (its
+    end could not be saved)."""
 
 
 class ProcessStore:
@@ -53,24 +64,32 @@ class ProcessStore:
         async with self._db.write() as db:
             await db.execute(delete(ServerProcessRow).where(ServerProcessRow.id == process_id))
 
-    async def orphaned(self, process_id: str, *, at: float, alone: bool) -> list[tuple[str, int]]:
-        """Runs still ``running`` that no living process owns, with the seq of their last
+    async def orphaned(self, process_id: str, *, at: float, alone: bool) -> list[Orphan]:
+        """Runs still ``running`` that no living process owns, and those of this process
+        (``mine``: the caller knows which of them it still runs), with the seq of their last
         persisted event. ``alone``: this process knows it is the only one (it holds the
         SQLite database), so every other owner is dead, lease or not."""
         living = select(ServerProcessRow.id).where(ServerProcessRow.lease_until >= at)
         if alone:
             living = living.where(ServerProcessRow.id == process_id)
         query = (
-            select(RunRow.id, func.max(RunEventRow.seq))
+            select(RunRow.id, func.max(RunEventRow.seq), RunRow.owner)
             .outerjoin(RunEventRow, RunEventRow.run_id == RunRow.id)
             .where(
                 RunRow.status == "running",
-                or_(RunRow.owner.is_(None), RunRow.owner.not_in(living)),
+                or_(
+                    RunRow.owner.is_(None),
+                    RunRow.owner.not_in(living),
+                    RunRow.owner == process_id,
+                ),
             )
-            .group_by(RunRow.id)
+            .group_by(RunRow.id, RunRow.owner)
         )
         async with self._db.session() as db:
-            return [(run_id, last or 0) for run_id, last in (await db.execute(query)).all()]
+            return [
+                Orphan(run_id, last or 0, mine=owner == process_id)
+                for run_id, last, owner in (await db.execute(query)).all()
+            ]
 
     async def interrupt(self, last: RunFailed) -> bool:
         """End an orphaned run with its terminal event ``last``, in one transaction; False
