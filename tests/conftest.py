@@ -40,6 +40,10 @@ from agentstream.server import create_app
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from fakes.server import run_app
 
+pytest_plugins = ["cluster_fixtures"]
+"""The cluster tests' fixtures, in a module of their own (it needs ``processes``, which
+needs this one)."""
+
 
 @dataclass
 class LiveServer:
