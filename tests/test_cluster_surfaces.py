@@ -6,6 +6,8 @@ the public chat."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +40,7 @@ WAITING = {
 """An agent block whose tool waits 30 s."""
 
 COUNTED_TEXT = "".join(f"{n} " for n in range(1, COUNTED + 1))
+V1 = {"X-Sim-Stream-Protocol": "agent-events-v1"}
 
 
 @pytest.fixture
@@ -46,6 +49,19 @@ def workflows(two: list[ServerProcess]) -> list[ServerProcess]:
     with two[0].live.client() as client:
         for definition in (COUNTING, WAITING):
             created = client.post("/api/workflows", json=definition)
+            assert created.status_code == 201, created.text
+    return two
+
+
+@pytest.fixture
+def chats(two: list[ServerProcess]) -> list[ServerProcess]:
+    """The two processes, with ``counting`` and ``waiting`` chats deployed."""
+    with two[0].live.client() as client:
+        for deployment in (
+            {"slug": "counting", "agent_id": "counter"},
+            {"slug": "waiting", "agent_id": "waiter", "include_tool_calls": True},
+        ):
+            created = client.post("/api/chat-deployments", json=deployment)
             assert created.status_code == 201, created.text
     return two
 
@@ -172,3 +188,94 @@ def test_a_workflow_execution_is_cancelled_through_the_other_process(
     assert record["status"] == "cancelled"
     assert record["events"][-1] == after[-1], "stored as its viewers saw it"
     assert again.status_code == 409, "it has ended"
+
+
+def answer_path(posted: httpx.Response, slug: str) -> tuple[str, dict[str, str]]:
+    """Where to follow the answer a chat message streams, from its headers."""
+    path = f"/api/chat/{slug}/runs/{posted.headers['x-run-id']}/stream"
+    return path, {"conversationId": posted.headers["x-conversation-id"]}
+
+
+def test_a_chat_answer_is_followed_and_resumed_on_the_other_process(
+    chats: list[ServerProcess],
+) -> None:
+    a, b = chats
+    with (
+        httpx.Client(base_url=a.live.url, timeout=10) as on_a,
+        httpx.Client(base_url=b.live.url, timeout=10) as on_b,
+        on_a.stream("POST", "/api/chat/counting", json={"input": "go"}, headers=V1) as posted,
+    ):
+        from_a = events(posted)
+        seen = [next(from_a).json() for _ in range(10)]
+        path, params = answer_path(posted, "counting")
+        # joining halfway: a legacy client, and one that drops after 20 frames and resumes
+        with on_b.stream("GET", path, params=params) as legacy_follow:
+            with on_b.stream("GET", path, params=params, headers=V1) as first:
+                part = list(itertools.islice(events(first), 20))
+            with on_b.stream(
+                "GET", path, params=params, headers={**V1, "Last-Event-ID": part[-1].id or ""}
+            ) as second:
+                resumed = part + list(events(second))
+            legacy = list(events(legacy_follow))
+        everything = seen + rest(from_a)
+
+    assert everything[-2:] == [
+        {
+            "event": "final",
+            "data": {
+                "success": True,
+                "conversationId": posted.headers["x-conversation-id"],
+                "output": {"content": COUNTED_TEXT, "toolCalls": []},
+            },
+        },
+        "[DONE]",
+    ]
+    assert "".join(f["chunk"] for f in everything if "chunk" in f) == COUNTED_TEXT
+    assert [e.json() for e in resumed] == everything, "no frame missing, none twice"
+    chunk_ids = [int(e.id or "") for e in resumed if "chunk" in e.json()]
+    assert chunk_ids == sorted(set(chunk_ids)), "one id per token, increasing"
+    assert second.headers["x-sim-stream-protocol"] == "agent-events-v1"
+    assert [e.json() for e in legacy] == [
+        {"blockId": "counter", "chunk": COUNTED_TEXT},
+        everything[-2],
+        "[DONE]",
+    ]
+
+
+def test_a_chat_client_leaving_cancels_the_answer_for_its_followers_on_the_other_process(
+    chats: list[ServerProcess],
+) -> None:
+    a, b = chats
+    with (
+        httpx.Client(base_url=a.live.url, timeout=10) as on_a,
+        httpx.Client(base_url=b.live.url, timeout=10) as on_b,
+    ):
+        visitor = contextlib.ExitStack()
+        with visitor:
+            posted = visitor.enter_context(
+                on_a.stream("POST", "/api/chat/waiting", json={"input": "go"}, headers=V1)
+            )
+            frames_until(events(posted), lambda f: f.get("phase") == "start")
+            path, params = answer_path(posted, "waiting")
+            with on_b.stream("GET", path, params=params, headers=V1) as following:
+                from_b = events(following)
+                before = frames_until(from_b, lambda f: f.get("phase") == "start")
+                visitor.close()  # Stop: the run on A is cancelled, B's follower sees it end
+                after = rest(from_b)
+        with b.live.client() as admin:
+            run = admin.get(f"/api/agents/runs/{posted.headers['x-run-id']}").json()
+
+    call = before[-1]["id"]
+    assert after == [
+        {
+            "blockId": "waiter",
+            "event": "tool",
+            "phase": "end",
+            "id": call,
+            "name": "wait",
+            "status": "cancelled",
+        },
+        {"event": "error", "error": "Client cancelled request"},
+        "[DONE]",
+    ]
+    assert (run["status"], run["error"]) == ("cancelled", "Client cancelled request")
