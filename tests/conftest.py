@@ -18,7 +18,6 @@ import anyio
 import asyncpg
 import httpx
 import pytest
-import redis
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
@@ -29,6 +28,10 @@ from agentstream.providers.base import (
 from agentstream.server import create_app
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from fakes.server import run_app
+
+pytest_plugins = ["cluster_fixtures"]
+"""The cluster tests' fixtures, in a module of their own (it needs ``processes``, which
+needs this one)."""
 
 
 @dataclass
@@ -263,30 +266,3 @@ def page() -> Iterator[Any]:
         yield page
         browser.close()
         assert not refused, refused
-
-
-REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-@pytest.fixture
-def redis_url() -> str:
-    """This machine's Redis; skipped when none answers, except in CI."""
-    try:
-        redis.Redis.from_url(REDIS_URL).ping()
-    except redis.RedisError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    return REDIS_URL
-
-
-@pytest.fixture
-def cluster_database(postgres_url: str) -> Iterator[str]:
-    """A PostgreSQL database of this test's own: the leases of other tests' processes are
-    none of its business."""
-    name = f"agentstream_cluster_{uuid.uuid4().hex[:12]}"
-    postgres_admin(f'CREATE DATABASE "{name}"')
-    try:
-        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,39 +15,13 @@ import pytest
 import redis
 
 from agentstream.events import INTERRUPTED
-from agentstream.sse import ServerSentEvent, SSEDecoder
+from agentstream.sse import SSEDecoder
+from cluster_fixtures import events, rest, until
 from conftest import free_port, read_events, wait_until
 from fakes.test_app import COUNTED
 from processes import ServerProcess, cluster, start_redis
 
 COUNT = "/api/agents/counter/run/stream"
-
-
-@pytest.fixture
-def two(tmp_path: Path, cluster_database: str, redis_url: str) -> Iterator[list[ServerProcess]]:
-    with cluster(tmp_path, cluster_database, redis_url, lease_seconds=1) as processes:
-        yield processes
-
-
-def events(response: httpx.Response) -> Iterator[ServerSentEvent]:
-    """A stream's events as they come: read some, then the rest, from one iterator."""
-    decoder = SSEDecoder()
-    for chunk in response.iter_bytes():
-        yield from decoder.feed(chunk)
-
-
-def until(stream: Iterator[ServerSentEvent], stop: str) -> list[dict[str, Any]]:
-    """The next frames, up to and with the first whose ``event`` is ``stop``."""
-    frames = []
-    for event in stream:
-        frames.append(event.json())
-        if frames[-1]["event"] == stop:
-            break
-    return frames
-
-
-def rest(stream: Iterator[ServerSentEvent]) -> list[dict[str, Any]]:
-    return [event.json() for event in stream]
 
 
 def test_a_run_started_on_one_process_is_followed_live_from_the_other(

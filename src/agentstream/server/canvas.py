@@ -144,8 +144,9 @@ async def execute_draft(
 )
 async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: live while
-    it is in this server's log (deltas included), else its persisted events (replay).
-    Disconnecting does not cancel. ``204 No Content`` when there is nothing more."""
+    it is in the live log (deltas included), else its persisted events (replay); the same
+    frames from there as a client that watched from the start got. Disconnecting does not
+    cancel. ``204 No Content`` when there is nothing more."""
     record = await svc.workflows.get_execution(execution_id)
     if record is None:
         raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
@@ -158,6 +159,7 @@ async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> A
         view.frames,
         after=after,
         keepalive=svc.settings.keepalive_seconds,
+        whole_run=True,
     )
 
 

@@ -1,10 +1,13 @@
-"""The public chat endpoint (spec 000): ``POST /api/chat/{slug}`` and the deployment's info.
+"""The public chat endpoint (spec 000): ``POST /api/chat/{slug}``, following an answer
+(``GET /api/chat/{slug}/runs/{run_id}/stream``) and the deployment's info.
 
 A deployment serves an agent (a run in the conversation's session) or a workflow (an
 execution; its output blocks answer).
 
 Access is the deployment's: public, password, email code or API key. The stream is the
-chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels.
+chat view's frames, then ``data: "[DONE]"``. Disconnecting (the page's Stop) cancels. The
+response's headers name the run and the conversation, so that any process can serve the
+answer again, from where a client left off, by the same rules; following only watches.
 
 Visitors are not the operator: a refusal that is the server's problem (a model with no key,
 a pinned snapshot this server cannot run) reads generically here and goes to the log in
@@ -16,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
 from pydantic import BaseModel, Field
@@ -36,9 +40,11 @@ from agentstream.errors import (
     Conflict,
     Forbidden,
     ModelUnavailable,
+    NotFound,
     Unavailable,
     UserError,
 )
+from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
@@ -46,18 +52,32 @@ from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESS
 from agentstream.server.deployments import deployment_or_404
 from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
-from agentstream.server.streams import stream_started
+from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.server.validation import MessageText
 from agentstream.store.store import StoredDeployment
-from agentstream.views.chat import PROTOCOL_HEADER, PROTOCOL_V1, ChatPolicy, ChatView
+from agentstream.views.chat import (
+    PROTOCOL_HEADER,
+    PROTOCOL_V1,
+    ChatPolicy,
+    ChatView,
+    ends_answer,
+)
 from agentstream.workflows import parse_workflow
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}
+}
 
 DONE = b'data: "[DONE]"\n\n'
+RUN_HEADER = "X-Run-Id"
+"""The run that answers a message, to follow from any process."""
+CONVERSATION_HEADER = "X-Conversation-Id"
+"""The conversation a message went to: chosen by the client, or new."""
+CONVERSATION_ID = r"^[A-Za-z0-9_.:-]{1,100}$"
 
 
 logger = logging.getLogger("agentstream.chat")
@@ -75,7 +95,7 @@ class ChatRequest(InputModel):
     """A message, or credentials only (then nothing runs: the reply says you're in)."""
 
     input: MessageText | None = None
-    conversationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,100}$")
+    conversationId: str | None = Field(default=None, pattern=CONVERSATION_ID)
     """Continue this conversation; a new one is started (and returned) if absent."""
     password: str | None = Field(default=None, max_length=200)
     email: str | None = Field(default=None, max_length=320)
@@ -126,10 +146,10 @@ async def _authenticate(
     settings, access = deployment.settings, svc.chat_access
     slug = settings.slug
     if settings.access == "api_key":
-        raise AccessDenied("This chat needs an API key: send 'apikey: KEY'", field="apikey")
+        raise _not_signed_in(settings)
     if settings.access == "password":
         if body.password is None:
-            raise AccessDenied("This chat is password protected", field="password")
+            raise _not_signed_in(settings)
         await _limit(access, "password", (GUESSES, client, slug), (DEPLOYMENT_GUESSES, slug))
         assert deployment.password_hash is not None
         # scrypt takes tens of milliseconds: off the event loop, so streams keep flowing
@@ -139,7 +159,7 @@ async def _authenticate(
             raise AccessDenied("Wrong password", field="password")
         return ""
     if not body.email:
-        raise AccessDenied("This chat is for invited emails: send your email", field="email")
+        raise _not_signed_in(settings)
     email = normalize_email(body.email)
     if email is None:
         raise UserError(f"Not an email address: {body.email!r}", field="email")
@@ -158,6 +178,17 @@ async def _authenticate(
     if not await access.codes.redeem(slug, email, body.otp):
         raise AccessDenied("Wrong or expired code", field="otp")
     return email
+
+
+def _not_signed_in(settings: DeploymentSettings) -> AccessDenied:
+    """What a request without the deployment's credentials is told."""
+    match settings.access:
+        case "api_key":
+            return AccessDenied("This chat needs an API key: send 'apikey: KEY'", field="apikey")
+        case "password":
+            return AccessDenied("This chat is password protected", field="password")
+        case _:
+            return AccessDenied("This chat is for invited emails: send your email", field="email")
 
 
 async def _limit(
@@ -195,11 +226,7 @@ def _name(deployment: StoredDeployment) -> str:
     return name if isinstance(name, str) else ""
 
 
-@router.post(
-    "/{slug}",
-    response_class=Response,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}},
-)
+@router.post("/{slug}", response_class=Response, responses=SSE_RESPONSE)
 async def chat(
     slug: str,
     body: ChatRequest,
@@ -207,7 +234,9 @@ async def chat(
     svc: Svc,
     protocol: Annotated[str | None, Header(alias=PROTOCOL_HEADER)] = None,
 ) -> Response:
-    """Send a message and stream the answer; or, with only credentials, sign in."""
+    """Send a message and stream the answer; or, with only credentials, sign in. The
+    answer's headers: ``X-Run-Id`` and ``X-Conversation-Id``, to follow it with ``GET
+    /api/chat/{slug}/runs/{run_id}/stream``."""
     deployment = await deployment_or_404(svc, slug)
     if body.files:
         raise UserError("File uploads are not supported by this server yet", field="files")
@@ -246,40 +275,28 @@ async def _stream(
 ) -> Response:
     settings, target = deployment.settings, deployment.target
     release = await _admit(svc.chat_access, settings, client)
-    negotiated = (protocol or "").strip().lower() == PROTOCOL_V1
-    policy = ChatPolicy(
-        protocol_v1=negotiated,
-        include_thinking=settings.include_thinking,
-        include_tool_calls=settings.include_tool_calls,
-        redact=redact if settings.redact_pii else None,
-        outputs=tuple(settings.outputs),
-    )
+    policy = _policy(settings, protocol)
     conversation_id = conversation_id or uuid.uuid4().hex
 
     try:
         if isinstance(target, StoredAgent):
             run_id = await _start_agent(svc, deployment, target, message, conversation_id)
-            view = ChatView(
-                policy,
-                output_blocks=[target.spec.id],
-                run_block=target.spec.id,
-                conversation_id=conversation_id,
-            )
         else:  # a workflow keeps no memory: each message runs the pinned version
             workflow = parse_workflow(target.definition, functions=svc.executions.engine.functions)
             run_id = await svc.executions.start(workflow, message, version=target.version)
-            view = ChatView(
-                policy, output_blocks=settings.output_blocks, conversation_id=conversation_id
-            )
         # The run's slot is held until the stream ends, however it ends: the answer is
         # complete, the run failed or paused, or the client left.
         return stream_started(
             svc.supervisor,
             run_id,
-            view.frames,
+            _view(deployment, policy, conversation_id).frames,
             keepalive=svc.settings.keepalive_seconds,
             trailer=DONE,
-            headers={PROTOCOL_HEADER: PROTOCOL_V1} if negotiated else None,
+            headers={
+                RUN_HEADER: run_id,
+                CONVERSATION_HEADER: conversation_id,
+                **_echo(policy),
+            },
             on_end=release,
         )
     except BaseException as exc:
@@ -290,6 +307,97 @@ async def _stream(
             logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
             raise ModelUnavailable(UNAVAILABLE) from None
         raise
+
+
+@router.get("/{slug}/runs/{run_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+async def follow_answer(
+    slug: str,
+    run_id: str,
+    request: Request,
+    svc: Svc,
+    after: ResumeAfter,
+    conversation_id: Annotated[str, Query(alias="conversationId", pattern=CONVERSATION_ID)],
+    protocol: Annotated[str | None, Header(alias=PROTOCOL_HEADER)] = None,
+    protocol_query: Annotated[str | None, Query(alias="protocol", max_length=40)] = None,
+) -> Response:
+    """Follow the answer ``run_id`` (the message's ``X-Run-Id``) in the conversation
+    ``conversationId``, from after ``Last-Event-ID`` or ``?after=`` (the later): the frames
+    the message's own stream had from there, each with an ``id:`` line, up to the answer's
+    ``final`` or ``error`` and ``[DONE]``. The same access, toggles and cadence as a message
+    (``protocol=agent-events-v1`` stands for the header, which an EventSource cannot send).
+    Disconnecting does not cancel. ``204 No Content`` when there is nothing more."""
+    deployment = await deployment_or_404(svc, slug)
+    if not await _has_access(svc, deployment, request):
+        raise _not_signed_in(deployment.settings)
+    persisted = await _answer_events(svc, deployment, run_id, conversation_id)
+    policy = _policy(deployment.settings, protocol or protocol_query)
+    return await follow(
+        svc.supervisor,
+        run_id,
+        persisted,
+        _view(deployment, policy, conversation_id).frames,
+        after=after,
+        keepalive=svc.settings.keepalive_seconds,
+        whole_run=True,
+        ends=ends_answer,
+        trailer=DONE,
+        headers=_echo(policy),
+    )
+
+
+def _policy(settings: DeploymentSettings, protocol: str | None) -> ChatPolicy:
+    """What a request may see: its protocol, the deployment's toggles and redaction."""
+    return ChatPolicy(
+        protocol_v1=(protocol or "").strip().lower() == PROTOCOL_V1,
+        include_thinking=settings.include_thinking,
+        include_tool_calls=settings.include_tool_calls,
+        redact=redact if settings.redact_pii else None,
+        outputs=tuple(settings.outputs),
+    )
+
+
+def _echo(policy: ChatPolicy) -> dict[str, str]:
+    """The protocol header, echoed where the client negotiated it."""
+    return {PROTOCOL_HEADER: PROTOCOL_V1} if policy.protocol_v1 else {}
+
+
+def _view(deployment: StoredDeployment, policy: ChatPolicy, conversation_id: str) -> ChatView:
+    """An answer of the deployment: the agent's run, or the workflow's output blocks."""
+    target = deployment.target
+    if isinstance(target, StoredAgent):
+        return ChatView(
+            policy,
+            output_blocks=[target.spec.id],
+            run_block=target.spec.id,
+            conversation_id=conversation_id,
+        )
+    return ChatView(
+        policy, output_blocks=deployment.settings.output_blocks, conversation_id=conversation_id
+    )
+
+
+async def _answer_events(
+    svc: Services, deployment: StoredDeployment, run_id: str, conversation_id: str
+) -> Callable[[], Awaitable[Sequence[Event]]]:
+    """How to read the stored events of ``run_id``, if it answered a message of this
+    deployment: an agent's run in the conversation's session, or an execution of the
+    workflow version it serves. Anything else is no answer here (404), whatever it is."""
+    settings, target = deployment.settings, deployment.target
+    if isinstance(target, StoredAgent):
+        run = await svc.store.get_run(run_id)
+        session_id = _session_id(settings.slug, target.spec.id, conversation_id)
+        if run is not None and run.session_id == session_id:
+            return lambda: svc.store.run_events(run_id)
+    else:
+        record = await svc.workflows.get_execution(run_id)
+        if (
+            record is not None
+            and not record.draft
+            and (record.workflow_id, record.workflow_version)
+            == (settings.workflow_id, target.version)
+        ):
+            return lambda: svc.workflows.execution_events(run_id)
+    raise NotFound(f"No answer {run_id!r} in this conversation", field="run_id")
 
 
 async def _admit(access: ChatAccess, settings: DeploymentSettings, client: str) -> Release:
@@ -317,8 +425,7 @@ async def _start_agent(
 ) -> str:
     """A run of the agent in the conversation's session, so it remembers earlier turns; its
     id."""
-    session_key = f"{deployment.settings.slug}\n{agent.spec.id}\n{conversation_id}".encode()
-    session_id = "cnv_" + hashlib.sha256(session_key).hexdigest()[:36]
+    session_id = _session_id(deployment.settings.slug, agent.spec.id, conversation_id)
     try:
         run = await svc.runs.start(
             agent,
@@ -333,3 +440,9 @@ async def _start_agent(
             AWAITING_APPROVAL if paused else STILL_ANSWERING, field="conversationId"
         ) from None
     return run.run_id
+
+
+def _session_id(slug: str, agent_id: str, conversation_id: str) -> str:
+    """The session of a conversation with a deployment's agent."""
+    key = f"{slug}\n{agent_id}\n{conversation_id}".encode()
+    return "cnv_" + hashlib.sha256(key).hexdigest()[:36]

@@ -104,40 +104,67 @@ async def follow(
     after: int,
     keepalive: float,
     replay: Render | None = None,
+    whole_run: bool = False,
+    ends: Callable[[Event], bool] | None = None,
+    trailer: bytes = b"",
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     """The stream of a run from the first event with ``seq > after``, each frame with
     ``id: <seq>``: the persisted events the live log does not hold, then the log's, live.
     ``persisted`` reads the stored events in order, raising if there is no such run.
     ``render`` shows the log's events, ``replay`` (default: ``render``) the stored ones.
     Disconnecting only unsubscribes. ``204 No Content`` when there is nothing more, which
-    tells an EventSource to stop reconnecting."""
+    tells an EventSource to stop reconnecting.
+
+    ``whole_run``: the views keep state from event to event (the canvas and chat views), so
+    they are fed the run from its first event and only the frames of the events after
+    ``after`` go out: the frames a client that followed from the start got from there.
+    ``ends``: the stream is one answer, over after the first event past ``after`` that
+    ``ends`` holds for; then ``trailer``. A stream cut before it (a viewer that lost the
+    shared log) has no trailer: its client resumes.
+    """
     replay = replay or render
-    live = await runs.subscribe(run_id, after=after)
-    pending = b""
+    start = after
+    if whole_run:
+        render, replay, start = _shown_after(after, render), _shown_after(after, replay), 0
+    ending = None if ends is None else lambda event: event.seq > after and ends(event)
+    live = await runs.subscribe(run_id, after=start)
+    parts: list[tuple[Sequence[Event], Render]] = []
     try:
-        if live is None or after < live.starts_after:  # stored events before the log's part
+        if live is None or start < live.starts_after:  # stored events before the log's part
             until = live.starts_after if live is not None else None
-            before = [
-                e for e in await persisted() if after < e.seq and (until is None or e.seq <= until)
-            ]
-            pending += encode_events(before, replay, ids=True)
+            stored = await persisted()
+            parts.append(
+                ([e for e in stored if start < e.seq and (until is None or e.seq <= until)], replay)
+            )
         if live is not None and live.ended:
             # The log's part is over: read the rest of it, then whatever the store has after
             # it (a paused run may have been cancelled since).
             tail = await live.next_batch()
-            pending += encode_events(tail, render, ids=True)
-            read_up_to = tail[-1].seq if tail else max(after, live.starts_after)
+            parts.append((tail, render))
+            read_up_to = tail[-1].seq if tail else max(start, live.starts_after)
             live.close()
             live = None
-            rest = [e for e in await persisted() if e.seq > read_up_to]
-            pending += encode_events(rest, replay, ids=True)
+            parts.append(([e for e in await persisted() if e.seq > read_up_to], replay))
     except BaseException:
         if live is not None:
             live.close()
         raise
+    pending = b""
+    for events, shown in parts:
+        events, over = _through_end(events, ending)
+        pending += encode_events(events, shown, ids=True)
+        if over:
+            pending += trailer
+            if live is not None:
+                live.close()
+                live = None
+            break
     if not pending and live is None:
         return Response(status_code=204)
-    following = _chunks(live, render, ids=True) if live is not None else None
+    following = (
+        _chunks(live, render, ids=True, ends=ending, trailer=trailer) if live is not None else None
+    )
 
     async def next_chunk() -> bytes | None:
         nonlocal pending
@@ -147,8 +174,32 @@ async def follow(
         return await following() if following is not None else None
 
     return EventStreamResponse(
-        next_chunk, keepalive=keepalive, on_disconnect=live.close if live is not None else None
+        next_chunk,
+        keepalive=keepalive,
+        on_disconnect=live.close if live is not None else None,
+        headers=headers,
     )
+
+
+def _shown_after(after: int, render: Render) -> Render:
+    """``render`` fed every event, its frames shown for the events after ``after`` only."""
+
+    def shown(event: Event) -> Iterable[dict[str, Any]]:
+        frames = tuple(render(event))
+        return frames if event.seq > after else ()
+
+    return shown
+
+
+def _through_end(
+    events: Sequence[Event], ends: Callable[[Event], bool] | None
+) -> tuple[Sequence[Event], bool]:
+    """The events up to and with the first that ends the stream, and whether one did."""
+    if ends is not None:
+        for i, event in enumerate(events):
+            if ends(event):
+                return events[: i + 1], True
+    return events, False
 
 
 def _chunks(
@@ -157,15 +208,22 @@ def _chunks(
     *,
     trailer: bytes = b"",
     ids: bool = False,
+    ends: Callable[[Event], bool] | None = None,
 ) -> Callable[[], Awaitable[bytes | None]]:
     """A ``next_chunk`` for ``EventStreamResponse``; ``trailer`` goes out after the run's
-    last event, then None ends the response. ``ids`` as in ``encode_events``."""
-    pending_trailer = trailer
+    last event, then None ends the response. ``ids`` as in ``encode_events``. With
+    ``ends``, the stream is over after the first event it holds for, and only then is
+    there a trailer."""
+    pending_trailer = trailer if ends is None else b""
+    over = False
 
     async def next_chunk() -> bytes | None:
-        nonlocal pending_trailer
-        while batch := await subscription.next_batch():
-            if chunk := encode_events(batch, render, ids=ids):
+        nonlocal pending_trailer, over
+        while not over and (batch := await subscription.next_batch()):
+            events, over = _through_end(batch, ends)
+            if over:
+                pending_trailer = trailer
+            if chunk := encode_events(events, render, ids=ids):
                 return chunk
         subscription.close()
         chunk, pending_trailer = pending_trailer, b""

@@ -5,7 +5,8 @@ Two independent questions decide every frame. Cadence: a client that sent
 ``chunk_reset``; any other client gets only settled final-turn text, in one piece.
 Exposure: thinking frames need the header *and* ``include_thinking``; tool lifecycle
 frames need the header *and* ``include_tool_calls``. Tool arguments and results never
-appear here, in any frame. With redaction on, no text is forwarded live at all.
+appear here, in any frame. With redaction on, no text is forwarded live at all. A run read
+back from the store has no deltas: its text and thinking come settled, whatever the cadence.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "ChatBlock",
     "ChatPolicy",
     "ChatView",
+    "ends_answer",
     "error_frame",
     "final_frame",
 ]
@@ -131,8 +133,9 @@ class ChatBlock:
         return [{"blockId": self.block_id, "event": "chunk_reset"}]
 
     def settled_text(self, text: str) -> list[Frame]:
-        """Final-turn text in one piece, for clients that get no live text."""
-        if self.policy.live_text or not text:
+        """Final-turn text in one piece, where it did not go out live: for clients that get
+        no live text, and for a turn read back from the store, which keeps no deltas."""
+        if not text or (self.policy.live_text and self.streamed_text):
             return []
         return [{"blockId": self.block_id, "chunk": self.policy.shown(text)}]
 
@@ -142,10 +145,11 @@ class ChatBlock:
         return self._thinking(segment, delta)
 
     def thinking_whole(self, segment: int, text: str) -> list[Frame]:
-        """A segment's whole thinking: what a redacting deployment shows, masked."""
-        if not self.policy.thinking or self.policy.redact is None:
+        """A segment's whole thinking, where it did not go out live: what a redacting
+        deployment shows, masked, and a segment read back from the store."""
+        if not self.policy.thinking or self.thinking_segment == segment:
             return []
-        return self._thinking(segment, self.policy.redact(text))
+        return self._thinking(segment, self.policy.shown(text))
 
     def tool(self, phase: str, call_id: str, name: str, status: str | None = None) -> list[Frame]:
         self.tool_calls[call_id] = {"id": call_id, "name": name, "status": status or "pending"}
@@ -179,6 +183,12 @@ class ChatBlock:
         text = text[:room]
         self.thinking_sent += len(text)
         return [{"blockId": self.block_id, "event": "thinking", "data": text}]
+
+
+def ends_answer(event: Event) -> bool:
+    """The event ends an answer: its ``final`` or ``error`` frame is the stream's last
+    before ``[DONE]``."""
+    return isinstance(event, RunCompleted | RunFailed | RunPaused)
 
 
 def final_frame(policy: ChatPolicy, conversation_id: str, output: Frame) -> Frame:

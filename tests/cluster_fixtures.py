@@ -1,0 +1,74 @@
+"""What the cluster tests share (a pytest plugin, registered in ``conftest``): the Redis
+and a PostgreSQL database of each test's own, two server processes over them, and reading
+their streams a few frames at a time."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from agentstream.sse import ServerSentEvent, SSEDecoder
+from conftest import postgres_admin
+from processes import ServerProcess, cluster
+
+__all__ = ["REDIS_URL", "cluster_database", "events", "redis_url", "rest", "two", "until"]
+
+REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """This machine's Redis; skipped when none answers, except in CI."""
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    return REDIS_URL
+
+
+@pytest.fixture
+def cluster_database(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL database of this test's own: the leases of other tests' processes are
+    none of its business."""
+    name = f"agentstream_cluster_{uuid.uuid4().hex[:12]}"
+    postgres_admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def two(tmp_path: Path, cluster_database: str, redis_url: str) -> Iterator[list[ServerProcess]]:
+    with cluster(tmp_path, cluster_database, redis_url, lease_seconds=1) as processes:
+        yield processes
+
+
+def events(response: httpx.Response) -> Iterator[ServerSentEvent]:
+    """A stream's events as they come: read some, then the rest, from one iterator."""
+    decoder = SSEDecoder()
+    for chunk in response.iter_bytes():
+        yield from decoder.feed(chunk)
+
+
+def until(stream: Iterator[ServerSentEvent], stop: str) -> list[dict[str, Any]]:
+    """The next frames, up to and with the first whose ``event`` is ``stop``."""
+    frames = []
+    for event in stream:
+        frames.append(event.json())
+        if frames[-1]["event"] == stop:
+            break
+    return frames
+
+
+def rest(stream: Iterator[ServerSentEvent]) -> list[dict[str, Any]]:
+    return [event.json() for event in stream]
