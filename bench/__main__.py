@@ -28,6 +28,7 @@ SCENARIOS = {
     "persistence": "4. Replay and database writes",
     "workflow_overhead": "5. Workflow engine overhead",
     "knowledge_search": "6. Knowledge base ingest and search",
+    "cluster": "7. One process against two (cluster)",
 }
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BEGIN, END = "<!-- results: begin -->", "<!-- results: end -->"

@@ -10,11 +10,14 @@ that reports its own CPU use in the window.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.loadgen import load
 from bench.tables import markdown_table, text_table
-from bench.targets import start
+from bench.targets import Target, start
 
 RATE = 30.0
 """Tokens per second per stream, about what a hosted LLM streams."""
@@ -30,11 +33,27 @@ QUICK_STEPS = (50, 200)
 SYSTEMS = ("agentstream", "baseline")
 
 
-def step(name: str, streams: int, hold: float, starts_per_s: float) -> dict[str, Any]:
-    with start(name, token_delay=1 / RATE) as target:
+def step(
+    name: str, streams: int, hold: float, starts_per_s: float, source: Path | None = None
+) -> dict[str, Any]:
+    with start(name, token_delay=1 / RATE, source=source) as target:
+        return hold_streams([target], streams, hold, starts_per_s)
+
+
+def hold_streams(
+    targets: Sequence[Target],
+    streams: int,
+    hold: float,
+    starts_per_s: float,
+    services: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """``streams`` streams at ``RATE`` over the processes of one system (round-robin),
+    opened ``starts_per_s`` per second; what the load generator measured, and whether they
+    were held."""
+    for target in targets:
         target.stream(5)  # warm-up: first request's imports and caches
-        ramp = max(1.0, streams / starts_per_s)
-        result = load(target, streams=streams, ramp=ramp, hold=hold, rate=RATE)
+    ramp = max(1.0, streams / starts_per_s)
+    result = load(*targets, streams=streams, ramp=ramp, hold=hold, rate=RATE, services=services)
     window = result["window_s"]
     return {
         **result,
@@ -50,18 +69,29 @@ def step(name: str, streams: int, hold: float, starts_per_s: float) -> dict[str,
     }
 
 
-def measure(quick: bool = False) -> dict[str, Any]:
+def ladder(step: Callable[[int], dict[str, Any]], steps: Sequence[int]) -> dict[str, Any]:
+    """``step(N)`` for each N of ``steps`` until one is not held: every step, and the
+    largest held (None if none was)."""
+    runs = []
+    for streams in steps:
+        runs.append(step(streams))
+        if not runs[-1]["held"]:
+            break
+    held = [run for run in runs if run["held"]]
+    return {"steps": runs, "max_held": held[-1] if held else None}
+
+
+def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
+    """Scenario 2; agentstream from the checkout ``source`` if given."""
     steps = QUICK_STEPS if quick else STEPS
     hold = 2.0 if quick else 6.0
-    systems: dict[str, Any] = {}
-    for name in SYSTEMS:
-        runs = []
-        for streams in steps:
-            runs.append(step(name, streams, hold, STARTS_PER_S))
-            if not runs[-1]["held"]:
-                break
-        held = [run for run in runs if run["held"]]
-        systems[name] = {"steps": runs, "max_held": held[-1] if held else None}
+    systems = {
+        name: ladder(
+            functools.partial(step, name, hold=hold, starts_per_s=STARTS_PER_S, source=source),
+            steps,
+        )
+        for name in SYSTEMS
+    }
     ours, base = (systems[name]["max_held"] for name in SYSTEMS)
     return {
         "rate": RATE,

@@ -1,13 +1,16 @@
 """A load generator in its own process: ``python -m bench.loadgen CONFIG_JSON``.
 
-It opens ``streams`` connections spread evenly over ``ramp`` seconds, each asking for as
+It opens ``streams`` connections spread evenly over ``ramp`` seconds (round-robin over
+the server processes when there are several), each asking for as
 many tokens (at ``rate`` per second) as keep it streaming until ``ramp + hold + 1``
 seconds: so every stream is live during the hold window ``[ramp, ramp + hold]``. Reads are
 timed and their token frames counted in C (``bytes.count``) on uvloop; nothing is
 parsed. In the hold window it records the gaps between one stream's tokens (inter-token
 latency),
-the server's CPU time and peak resident memory (from ``/proc``), and its own CPU use, which
-is how a run shows its generator was not the bottleneck. Prints one JSON object.
+the servers' CPU time and peak resident memory (from ``/proc``), its own CPU use, which
+is how a run shows its generator was not the bottleneck, and the whole machine's, with the
+share of the services the servers use (``services``: process names, e.g. ``postgres``).
+Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from typing import Any
 
 import uvloop
 
-from bench.loopback import cpu_seconds, quantile, request_bytes, rss_bytes
+from bench.loopback import (
+    busy_seconds,
+    cpu_seconds,
+    cpu_seconds_named,
+    quantile,
+    request_bytes,
+    rss_bytes,
+)
 from bench.targets import Target
 
 _DELTA = b'"delta":'
@@ -39,7 +49,8 @@ TAIL = 1.0
 
 @dataclass(frozen=True)
 class Config:
-    port: int
+    ports: list[int]
+    """The server processes' ports; stream ``i`` goes to ``ports[i % len(ports)]``."""
     path: str
     body: str
     """The request body, with ``{tokens}`` standing for the stream's token count."""
@@ -48,7 +59,9 @@ class Config:
     ramp: float
     hold: float
     rate: float
-    server_pid: int
+    server_pids: list[int]
+    services: list[str]
+    """Names of the processes of the services the servers use (``cpu_seconds_named``)."""
 
 
 class Stream(asyncio.Protocol):
@@ -99,7 +112,7 @@ class Stream(asyncio.Protocol):
 
 
 async def one_stream(
-    config: Config, start: float, window: tuple[float, float], gaps: array[float]
+    config: Config, port: int, start: float, window: tuple[float, float], gaps: array[float]
 ) -> tuple[str, float]:
     """The stream's outcome and its time to first token."""
     loop = asyncio.get_running_loop()
@@ -108,7 +121,7 @@ async def one_stream(
     body = config.body.replace("{tokens}", str(tokens)).encode()
     try:
         transport, stream = await loop.create_connection(
-            lambda: Stream(window, gaps), "127.0.0.1", config.port
+            lambda: Stream(window, gaps), "127.0.0.1", port
         )
     except OSError as error:
         return f"connect: {error.strerror}", 0.0
@@ -123,18 +136,27 @@ async def one_stream(
     return outcome, stream.first_token
 
 
-async def watch(config: Config, window: tuple[float, float]) -> dict[str, float]:
-    """The server's CPU time over the window and its resident memory before and in it."""
-    pid = config.server_pid
-    idle_rss = rss_bytes(pid)
+async def watch(config: Config, window: tuple[float, float]) -> dict[str, Any]:
+    """CPU time over the window (the servers', each and in all, the generator's, the
+    services' and the machine's), and the servers' resident memory before and in it."""
+    pids = config.server_pids
+    idle_rss = sum(rss_bytes(pid) for pid in pids)
     await asyncio.sleep(window[0] - time.monotonic())
-    cpu_start, own_start, rss_peak = cpu_seconds(pid), time.process_time(), 0
+    cpu_start = [cpu_seconds(pid) for pid in pids]
+    own_start, busy_start = time.process_time(), busy_seconds()
+    services_start = cpu_seconds_named(config.services)
+    rss_peak = 0
     while time.monotonic() < window[1]:
-        rss_peak = max(rss_peak, rss_bytes(pid))
+        rss_peak = max(rss_peak, sum(rss_bytes(pid) for pid in pids))
         await asyncio.sleep(min(0.25, max(0.0, window[1] - time.monotonic())))
+    each = [cpu_seconds(pid) - start for pid, start in zip(pids, cpu_start, strict=True)]
+    services = cpu_seconds_named(config.services)
     return {
-        "server_cpu_s": cpu_seconds(pid) - cpu_start,
+        "server_cpu_s": sum(each),
+        "server_cpu_s_each": each,
         "loadgen_cpu_s": time.process_time() - own_start,
+        "services_cpu_s": sum(cpu - services_start.get(pid, 0.0) for pid, cpu in services.items()),
+        "machine_busy_s": busy_seconds() - busy_start,
         "server_rss_idle": idle_rss,
         "server_rss_peak": rss_peak,
     }
@@ -146,7 +168,10 @@ async def run(config: Config) -> dict[str, Any]:
     gaps: array[float] = array("d")
     starts = [begin + config.ramp * i / config.streams for i in range(config.streams)]
     watcher = asyncio.create_task(watch(config, window))
-    outcomes = await asyncio.gather(*(one_stream(config, s, window, gaps) for s in starts))
+    ports = config.ports
+    outcomes = await asyncio.gather(
+        *(one_stream(config, ports[i % len(ports)], s, window, gaps) for i, s in enumerate(starts))
+    )
     measured = await watcher
     errors = Counter(outcome for outcome, _ in outcomes if outcome != "ok")
     first_tokens = [first for _, first in outcomes if first]
@@ -165,18 +190,31 @@ async def run(config: Config) -> dict[str, Any]:
     }
 
 
-def load(target: Target, *, streams: int, ramp: float, hold: float, rate: float) -> dict[str, Any]:
-    """Run a generator process against a target and return what it measured."""
+def load(
+    *targets: Target,
+    streams: int,
+    ramp: float,
+    hold: float,
+    rate: float,
+    services: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Run a generator process against a target (or the processes of one system, which
+    take the same request) and return what it measured."""
+    first = targets[0]
+    assert all(
+        (t.path, t.body, t.headers) == (first.path, first.body, first.headers) for t in targets
+    )
     config = Config(
-        port=target.server.port,
-        path=target.path,
-        body=target.body,
-        headers=target.headers,
+        ports=[target.server.port for target in targets],
+        path=first.path,
+        body=first.body,
+        headers=first.headers,
         streams=streams,
         ramp=ramp,
         hold=hold,
         rate=rate,
-        server_pid=target.server.pid,
+        server_pids=[target.server.pid for target in targets],
+        services=list(services),
     )
     done = subprocess.run(
         [sys.executable, "-m", "bench.loadgen", json.dumps(asdict(config))],

@@ -26,9 +26,13 @@ CLOCK_TOKENS = 1_000
 CLOCK_REPEATS = 3
 
 
-def measure(quick: bool = False) -> dict[str, Any]:
+def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
+    """Scenario 1; agentstream from the checkout ``source`` if given."""
     repeats = 3 if quick else REPEATS
-    with tempfile.TemporaryDirectory() as data_dir, server_process("agentstream", data_dir) as ours:
+    with (
+        tempfile.TemporaryDirectory() as data_dir,
+        server_process("agentstream", data_dir, source=source) as ours,
+    ):
         key = {"apikey": (Path(data_dir) / "demo-key").read_text().strip()}
         request = f'{{"message": "Write {TOKENS} words", "reasoning": false}}'.encode()
         clock = f'{{"message": "Write {CLOCK_TOKENS} words"}}'.encode()

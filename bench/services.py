@@ -1,0 +1,56 @@
+"""PostgreSQL and Redis for agentstream in cluster mode: this machine's (``.ci/run`` starts
+PostgreSQL), with a fresh database and a Redis prefix of its own for every cluster started,
+so no measurement finds another's runs, leases or streams."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import asyncpg
+import redis
+
+POSTGRES_URL = os.environ.get(
+    "AGENTSTREAM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+"""A database of the server that the bench may create databases on."""
+REDIS_URL = os.environ.get("AGENTSTREAM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+PROCESSES = ("postgres", "redis-server")
+"""The services' process names (``loopback.cpu_seconds_named``)."""
+
+
+def unavailable() -> str | None:
+    """Why cluster mode cannot be measured here (a service not answering), or None."""
+    try:
+        asyncio.run(_execute("SELECT 1"))
+        redis.Redis.from_url(REDIS_URL).ping()
+    except (OSError, asyncpg.PostgresError, redis.RedisError) as exc:
+        return f"PostgreSQL ({POSTGRES_URL}) and Redis ({REDIS_URL}) needed: {exc}"
+    return None
+
+
+@contextmanager
+def cluster_environment() -> Iterator[dict[str, str]]:
+    """The ``AGENTSTREAM_*`` settings of the processes of one cluster: a database made for
+    it (dropped afterwards) and a Redis prefix of its own (its keys expire by themselves)."""
+    name = f"agentstream_bench_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield {
+            "AGENTSTREAM_DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}",
+            "AGENTSTREAM_REDIS_URL": REDIS_URL,
+            "AGENTSTREAM_REDIS_PREFIX": name,
+        }
+    finally:
+        asyncio.run(_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _execute(statement: str) -> None:
+    connection = await asyncpg.connect(POSTGRES_URL)
+    try:
+        await connection.execute(statement)
+    finally:
+        await connection.close()
