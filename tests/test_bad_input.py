@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LiveServer
+from conftest import LiveServer, make_settings, postgres_admin, serve
 
 
 def row_counts(server: LiveServer) -> dict[str, int]:
@@ -280,3 +280,23 @@ def test_types_are_strict_in_every_request_model(
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == field
     assert after == before
+
+
+def test_a_database_gone_away_is_503_with_retry_after_not_500(
+    tmp_path: Path, cluster_database: str
+) -> None:
+    with serve(make_settings(tmp_path, database_url=cluster_database)) as live:
+        postgres_admin(
+            f'DROP DATABASE "{cluster_database.rsplit("/", 1)[1]}" WITH (FORCE)'
+        )  # the connections go, and no new one finds it
+        with live.client() as client:
+            answers = [client.get(path) for path in ("/api/agents", "/api/agents/runs/run_x")]
+
+    for answer in answers:
+        assert answer.status_code == 503
+        assert answer.headers["Retry-After"] == "5"
+        assert answer.json()["error"] == {
+            "code": "unavailable",
+            "message": "The database is unavailable; try again shortly",
+            "field": None,
+        }

@@ -127,5 +127,9 @@ class Leases:
         return True
 
     async def leave(self) -> None:
-        """Give the lease back (every run of this process has ended)."""
-        await self.store.leave(self.process_id)
+        """Give the lease back (every run of this process has ended); if the database is
+        away, the lease runs out by itself."""
+        try:
+            await self.store.leave(self.process_id)
+        except Exception as exc:
+            logger.warning("Could not give the lease back (%s); it runs out by itself", exc)

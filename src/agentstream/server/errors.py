@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream.errors import UserError
 from agentstream.inputs import TOO_DEEP
 from agentstream.workflows.errors import WorkflowInvalid
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BodyLimit", "error_response", "install_error_handlers"]
 
@@ -79,10 +83,29 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
+    """The database cannot be reached (down, restarting, failing over, gone): say so, and
+    when to try again. Any other database error is ours: a JSON 500."""
+    assert isinstance(exc, DBAPIError)
+    away = (
+        isinstance(exc, OperationalError | InterfaceError)
+        or exc.connection_invalidated
+        or exc.statement is None  # failed to connect at all
+    )
+    if not away:
+        logger.error("Database error", exc_info=exc)
+        return error_response(500, "internal_error", "Internal error; the server log has it")
+    logger.error("The database is unavailable: %s", exc)
+    response = error_response(503, "unavailable", "The database is unavailable; try again shortly")
+    response.headers["Retry-After"] = "5"
+    return response
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(UserError, _user_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)
 
 
 class BodyLimit:
