@@ -6,11 +6,13 @@ Entries are keyed by seq (``<seq>-0``), so a viewer resumes from any seq; two ma
 frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
 ``<last>-2`` closes it (``end``).
 
-Writes are queued without waiting and sent in pipelined batches by one task per process:
-while a batch is on its way the next one gathers, so a token costs a queue append and a
-share of one round trip. A stream is trimmed to ``max_events`` (about), kept for
-``idle_expiry`` seconds after its last write while the run goes on, and ``retention``
-seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
+Writes are queued without waiting and sent in batches by one task per process, each batch
+one call of a script that applies it inside Redis: while a batch is on its way the next one
+gathers, so a token costs a queue append and a share of one command. (The script names its
+keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
+stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
+expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
+``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
 (``Subscription.starts_after``).
 """
 
