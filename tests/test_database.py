@@ -31,7 +31,7 @@ from agentstream.events import (
     Usage,
 )
 from agentstream.runlog import RunLog
-from agentstream.runtime.leases import Leases
+from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.store import Store
 from agentstream.store.processes import ProcessStore
@@ -269,7 +269,11 @@ async def test_runs_of_a_dead_process_end_interrupted_once_and_live_ones_are_lef
             [first, stopped] = await store.runs.events(run_id)
             assert first.type == "run_started"
             assert isinstance(stopped, RunFailed)
-            assert (stopped.seq, stopped.status, stopped.message) == (2, "interrupted", INTERRUPTED)
+            assert (stopped.seq, stopped.status, stopped.message) == (
+                1 + SEAL_GAP,
+                "interrupted",
+                INTERRUPTED,
+            )
         execution = await workflows.get_execution(wfx)
         assert execution is not None
         assert (execution.status, execution.error) == ("interrupted", INTERRUPTED)
@@ -354,6 +358,7 @@ async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
             await processes.forget_expired(time.time() + 60)  # another found its lease out
             await leases.round()
             assert endings == [Stopped("interrupted", INTERRUPTED)]
-            assert await processes.renew(supervisor.process_id, time.time() + 1), "on record"
+            now = time.time()
+            assert await processes.renew(supervisor.process_id, now + 1, at=now), "on record"
     finally:
         await store.close()

@@ -22,6 +22,7 @@ from agentstream.providers.base import (
     TurnEndPart,
 )
 from agentstream.providers.scripted import ScriptedModel
+from agentstream.runtime.leases import SEAL_GAP
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
 from conftest import (
@@ -230,25 +231,22 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     with serve(crashed.live.settings) as restarted, restarted.client() as client:
         run = wait_for_status(restarted, run_id)
         replay = read_events(client.get(f"/api/agents/runs/{run_id}/stream"))
-        last_seen = run["events"][-2]["seq"]  # the tool call, the last event before the crash
+        last_seen = seen[-1]["seq"]  # the tool call, the last event before the crash
+        end = last_seen + SEAL_GAP  # past anything the server could have sent its viewers
         resumed = client.get(
             f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(last_seen)}
         )
-        done = client.get(
-            f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(last_seen + 1)}
-        )
+        done = client.get(f"/api/agents/runs/{run_id}/stream", headers={"Last-Event-ID": str(end)})
 
     stopped = "The server stopped during the run"
     terminal = {"event": "error", "status": "interrupted", "message": stopped}
     assert (run["status"], run["error"]) == ("interrupted", stopped)
     assert run["events"][-2]["event"] == "tool_call"
-    ended = {"seq": last_seen + 1, **terminal}
+    ended = {"seq": end, **terminal}
     assert run["events"][-1] == ended
     assert [e.json() for e in replay][-1] == ended
     assert [e.json()["event"] for e in replay].count("error") == 1
-    assert [(e.id, e.json()) for e in SSEDecoder().feed(resumed.content)] == [
-        (str(last_seen + 1), ended)
-    ]
+    assert [(e.id, e.json()) for e in SSEDecoder().feed(resumed.content)] == [(str(end), ended)]
     assert done.status_code == 204, "after the terminal event there is nothing more"
 
 

@@ -29,6 +29,7 @@ from agentstream.providers.base import (
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runlog import RunLog
 from agentstream.runtime.executions import ExecutionManager
+from agentstream.runtime.leases import SEAL_GAP
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool
 from agentstream.sse import ServerSentEvent, SSEDecoder
@@ -703,7 +704,7 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
         "status": "cancelled",
         "block_id": None,
     }
-    assert record["events"][-1]["seq"] == record["events"][-2]["seq"] + 1
+    assert record["events"][-1]["seq"] == record["events"][-2]["seq"] + SEAL_GAP
     last = SSEDecoder().feed(canvas.content)[-1].json()
     assert (last["type"], last["data"]) == ("execution:error", {"error": stopped})
 

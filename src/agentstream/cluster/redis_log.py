@@ -12,8 +12,8 @@ gathers, so a token costs a queue append and a share of one command. (The script
 keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
 stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
 expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
-``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
-(``Subscription.starts_after``).
+``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads
+from the store (``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ class RedisSubscription:
         while not self._done:
             try:
                 reply: Any = await self._redis.xread({self._key: self._cursor}, block=BLOCK_MS)
-                if not reply and not await self._redis.exists(self._key):
+                if not reply and await self._over():
                     self._done = self.ended = True
             except (RedisError, OSError) as exc:
                 logger.warning(
@@ -309,6 +309,13 @@ class RedisSubscription:
             if events:
                 return events
         return []
+
+    async def _over(self) -> bool:
+        """After a wait with nothing new: the stream is gone (expired, Redis restarted), or
+        it ended behind this viewer's cursor (a run whose process died far ahead of the
+        shared log, ended by another process at a seq the viewer had passed)."""
+        last = cast(list[Entry], await self._redis.xrevrange(self._key, count=1))
+        return not last or _END in last[0][1]
 
     async def _trimmed(self) -> bool:
         """Whether the next seq this viewer expects was trimmed away while it lagged

@@ -11,7 +11,6 @@ import uuid
 from typing import Any
 
 import anyio
-from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.events import RunCompleted, RunFailed
 from agentstream.runtime.context import RunContext
@@ -87,12 +86,7 @@ class ExecutionManager:
             self.supervisor.launch(
                 run_id, lambda: execution.run(inputs), finish, timeout=self.timeout_seconds
             )
-        try:
-            await self.supervisor.log.sync()  # followed from any process at once
-            await checkpoint_if_cancelled()
-        except anyio.get_cancelled_exc_class():
-            self.supervisor.cancel(run_id, "The request that started the execution was cancelled")
-            raise
+        await self.supervisor.followable(run_id)
         return run_id
 
 

@@ -4,7 +4,7 @@ Every ``lease_seconds / 3`` the process renews its lease and looks for orphaned 
 ``running``, owned by a process whose lease ran out (killed, its host gone). Each is ended
 ``interrupted`` with its terminal event, stored once whoever finds it, and put in the shared
 live log so its viewers in any process see it end. Its seq comes after anything the run
-wrote, live-only deltas included, so a viewer resuming from its last seq still gets it.
+sent, live-only deltas included, so a viewer resuming from its last seq still gets it.
 Paused runs whose approvals were all decided (by a request to a process that was stopping,
 say) are continued here too.
 """
@@ -23,7 +23,13 @@ from agentstream.events import INTERRUPTED, RunFailed
 from agentstream.runtime.ports import LeaseStore
 from agentstream.runtime.supervisor import Supervisor
 
-__all__ = ["Leases"]
+__all__ = ["SEAL_GAP", "Leases"]
+
+SEAL_GAP = 1000
+"""How far past the last seq on record an orphaned run's terminal event goes: a process
+that died had sent its own viewers events the shared log did not have yet (a batch on its
+way, a queue while Redis was away), and whoever resumes from one of them must still find
+the end after it."""
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +82,8 @@ class Leases:
     async def round(self) -> None:
         """Renew the lease, sweep, then ``each_round``. A lease found taken means the
         others took this process for dead and ended its runs: it stops them too."""
-        if not await self.store.renew(self.process_id, time.time() + self.lease_seconds):
+        now = time.time()
+        if not await self.store.renew(self.process_id, now + self.lease_seconds, at=now):
             logger.error(
                 "This process (%s) was taken for dead (is its clock or database slow?):"
                 " its runs were ended by another, so it stops them too",
@@ -84,9 +91,11 @@ class Leases:
             )
             await self.supervisor.interrupt_all()
             await self._register()
-        await self.sweep()
-        if self.each_round is not None:
-            await self.each_round()
+        try:
+            await self.sweep()
+        finally:
+            if self.each_round is not None:
+                await self.each_round()
 
     async def sweep(self, *, alone: bool = False) -> int:
         """End the runs no process runs: those of dead processes, and this one's that it
@@ -98,7 +107,10 @@ class Leases:
         for run_id, last_stored, mine in found:
             if mine and run_id not in gone & self._suspects:
                 continue  # it runs here, or has just stopped running: next time
-            ended += await self._interrupt(run_id, last_stored)
+            try:
+                ended += await self._interrupt(run_id, last_stored)
+            except Exception:  # the next round tries again; the others go on now
+                logger.exception("Could not end run %s", run_id)
         self._suspects = gone
         await self.store.forget_expired(at)
         if ended:
@@ -106,13 +118,13 @@ class Leases:
         return ended
 
     async def _interrupt(self, run_id: str, last_stored: int) -> bool:
-        """End an orphaned run with its terminal event, after anything it wrote (live-only
-        deltas included); False if another process ended it first."""
+        """End an orphaned run with its terminal event, past anything it sent its viewers
+        (``SEAL_GAP``); False if another process ended it first."""
         peers = self.supervisor.peers
         last_live = await peers.last_seq(run_id) if peers is not None else 0
         last = RunFailed(
             run_id=run_id,
-            seq=max(last_stored, last_live) + 1,
+            seq=max(last_stored, last_live) + SEAL_GAP,
             ts=time.time(),
             status="interrupted",
             message=INTERRUPTED,

@@ -153,7 +153,7 @@ class RunManager:
         self._launch(
             run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=started
         )
-        await self.log.sync()
+        await self.supervisor.followable(run_id)
         return StartedRun(run_id=run_id, session_id=session_id)
 
     async def resume(self, run_id: str) -> bool:
@@ -194,7 +194,7 @@ class RunManager:
             usage=paused.usage,
             decisions=decisions,
         )
-        await self.log.sync()
+        await self.supervisor.followable(run_id)
         return True
 
     async def cancel_paused(self, run_id: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Self, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.errors import ShuttingDown
 from agentstream.events import INTERRUPTED, FailureStatus
@@ -160,6 +161,16 @@ class Supervisor:
         self._group.start_soon(run, name=run_id)
         return live
 
+    async def followable(self, run_id: str) -> None:
+        """Once a run is launched: wait until it can be followed from any process. If the
+        caller is cancelled meanwhile, so is the run (nobody would know of it)."""
+        try:
+            await self.log.sync()
+            await checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            self.cancel(run_id, "The request that started the run was cancelled")
+            raise
+
     def cancel(self, run_id: str, reason: str) -> anyio.Event | None:
         """Stop a live run: it ends ``cancelled`` with ``reason``. The event set once it has
         ended, or None if the run is not live here."""
@@ -185,8 +196,9 @@ class Supervisor:
         return None
 
     async def stop(self, run_id: str, reason: str, *, wait: float) -> bool:
-        """Cancel a live run wherever it executes, and wait (up to ``wait`` seconds) until
-        it has recorded its ending; False if it is live nowhere."""
+        """Cancel a running run wherever it executes, and wait (up to ``wait`` seconds)
+        until it has recorded its ending; False if it is live nowhere. (Without its shared
+        log, which expired or went with a Redis restart, the cancel is sent unwatched.)"""
         done = self.cancel(run_id, reason)
         if done is not None:
             with anyio.move_on_after(wait):
@@ -196,7 +208,10 @@ class Supervisor:
             return False
         last = await self.peers.last_seq(run_id)
         subscription = await self.peers.subscribe(run_id, after=last)
-        if subscription is None or subscription.ended:
+        if subscription is None:  # going (the caller knows), but its shared log is gone
+            await self.peers.cancel(run_id, reason)
+            return True
+        if subscription.ended:
             return False
         try:
             await self.peers.cancel(run_id, reason)

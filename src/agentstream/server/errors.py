@@ -85,12 +85,15 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
     """The database cannot be reached (down, restarting, failing over, gone): say so, and
-    when to try again. Any other database error is ours: a JSON 500."""
-    assert isinstance(exc, DBAPIError)
-    away = (
-        isinstance(exc, OperationalError | InterfaceError)
-        or exc.connection_invalidated
-        or exc.statement is None  # failed to connect at all
+    when to try again. Any other database error is ours: a JSON 500. (A refused connection
+    comes from the driver as it is, not wrapped.)"""
+    away = isinstance(exc, ConnectionError) or (
+        isinstance(exc, DBAPIError)
+        and (
+            isinstance(exc, OperationalError | InterfaceError)
+            or exc.connection_invalidated
+            or exc.statement is None  # failed to connect at all
+        )
     )
     if not away:
         logger.error("Database error", exc_info=exc)
@@ -106,6 +109,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UserError, _user_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(ConnectionError, _database_error)
 
 
 class BodyLimit:

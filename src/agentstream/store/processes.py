@@ -49,13 +49,13 @@ class ProcessStore:
                 )
             )
 
-    async def renew(self, process_id: str, lease_until: float) -> bool:
-        """Extend the lease; False if the process is no longer on record (it was taken for
-        dead)."""
+    async def renew(self, process_id: str, lease_until: float, *, at: float) -> bool:
+        """Extend the lease, if it has not run out by ``at``; False if it has, or the
+        process is no longer on record: others may have ended its runs."""
         async with self._db.write() as db:
             result = await db.execute(
                 update(ServerProcessRow)
-                .where(ServerProcessRow.id == process_id)
+                .where(ServerProcessRow.id == process_id, ServerProcessRow.lease_until >= at)
                 .values(lease_until=lease_until)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]

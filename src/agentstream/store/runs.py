@@ -9,6 +9,7 @@ in one transaction at the end. Token deltas never come here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -21,6 +22,8 @@ from agentstream.store.database import Database
 from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
 
 __all__ = ["RunKind", "RunStore", "event_row"]
+
+logger = logging.getLogger(__name__)
 
 RunKind = Literal["agent", "workflow"]
 
@@ -59,10 +62,14 @@ class RunStore:
         memory: Sequence[Message] = (),
     ) -> None:
         """Record the outcome with the last event (and an agent's exchange in its session):
-        all or nothing. ``usage`` None keeps the counts the run has."""
+        all or nothing. ``usage`` None keeps the counts the run has. A run that is no longer
+        ``running`` (ended by another process) is left as it is."""
         async with self._db.write() as db:
+            run = await db.get_one(RunRow, run_id, with_for_update=True)
+            if run.status != "running":  # another process took this one's for dead and ended it
+                logger.warning("Run %s was ended already (%s): kept so", run_id, run.status)
+                return
             db.add(event_row(last_event))
-            run = await db.get_one(RunRow, run_id)
             run.status = status
             run.error = error
             run.content = content
