@@ -4,7 +4,7 @@ Runs owned through leases, so that several processes can share one database:
 
 - ``server_processes``: each serving process, with the time its lease runs out; a process
   renews it while it lives, and whoever finds it run out ends that process's runs.
-- ``runs.owner``: the process running the run (null when none does: finished, or paused).
+- ``runs.owner``: the process that runs the run, or last ran it.
 - one live run per session (``running`` or ``awaiting_approval``), held by the database, so
   two processes cannot both start a run in one conversation.
 
