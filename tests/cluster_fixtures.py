@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,17 @@ from agentstream.sse import ServerSentEvent, SSEDecoder
 from conftest import postgres_admin
 from processes import ServerProcess, cluster
 
-__all__ = ["REDIS_URL", "cluster_database", "events", "redis_url", "rest", "two", "until"]
+__all__ = [
+    "REDIS_URL",
+    "Posted",
+    "cluster_database",
+    "events",
+    "posted",
+    "redis_url",
+    "rest",
+    "two",
+    "until",
+]
 
 REDIS_URL = os.environ.get("AGENTSTREAM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -51,6 +63,27 @@ def cluster_database(postgres_url: str) -> Iterator[str]:
 def two(tmp_path: Path, cluster_database: str, redis_url: str) -> Iterator[list[ServerProcess]]:
     with cluster(tmp_path, cluster_database, redis_url, lease_seconds=1) as processes:
         yield processes
+
+
+@dataclass
+class Posted:
+    """A run started by a POST stream to one process of two, with a client of each."""
+
+    on_a: httpx.Client
+    on_b: httpx.Client
+    events: Iterator[ServerSentEvent]
+    """The POST stream's, held open: a stream let go of is closed, and its run cancelled."""
+
+
+@contextmanager
+def posted(a: ServerProcess, b: ServerProcess, path: str, body: dict[str, Any]) -> Iterator[Posted]:
+    """POST ``body`` to ``path`` on ``a`` and hold its stream open until the block ends."""
+    with (
+        a.live.client() as on_a,
+        b.live.client() as on_b,
+        on_a.stream("POST", path, json=body) as response,
+    ):
+        yield Posted(on_a, on_b, events(response))
 
 
 def events(response: httpx.Response) -> Iterator[ServerSentEvent]:

@@ -16,7 +16,7 @@ import redis
 
 from agentstream.events import INTERRUPTED
 from agentstream.sse import SSEDecoder
-from cluster_fixtures import events, rest, until
+from cluster_fixtures import events, posted, rest, until
 from conftest import free_port, read_events, wait_until
 from fakes.test_app import COUNTED
 from processes import ServerProcess, cluster, start_redis
@@ -28,22 +28,17 @@ def test_a_run_started_on_one_process_is_followed_live_from_the_other(
     two: list[ServerProcess],
 ) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/agents/counter/run/stream", json={"message": "go"}) as started,
-    ):
-        from_a = events(started)
-        seen = until(from_a, "content_delta")
+    with posted(a, b, "/api/agents/counter/run/stream", {"message": "go"}) as post:
+        seen = until(post.events, "content_delta")
         run_id, joined_at = seen[0]["run_id"], seen[-1]["seq"]
-        with on_b.stream(
+        with post.on_b.stream(
             "GET",
             f"/api/agents/runs/{run_id}/stream",
             headers={"Last-Event-ID": str(joined_at)},
         ) as followed:
             assert followed.status_code == 200
             following = list(events(followed))
-        everything = seen + rest(from_a)
+        everything = seen + rest(post.events)
 
     assert everything[-1]["event"] == "complete"
     deltas = [f["delta"] for f in everything if f["event"] == "content_delta"]
@@ -57,24 +52,19 @@ def test_a_follower_that_drops_resumes_on_the_other_process_without_gap_or_dupli
     two: list[ServerProcess],
 ) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/agents/counter/run/stream", json={"message": "go"}) as started,
-    ):
-        from_a = events(started)
-        run_id = until(from_a, "start")[0]["run_id"]
-        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as first:
+    with posted(a, b, "/api/agents/counter/run/stream", {"message": "go"}) as post:
+        run_id = until(post.events, "start")[0]["run_id"]
+        with post.on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as first:
             from_b = events(first)
             part = [next(from_b).json() for _ in range(10)]
         # the connection dropped after ten frames; the client resumes from the last
-        with on_a.stream(
+        with post.on_a.stream(
             "GET",
             f"/api/agents/runs/{run_id}/stream",
             headers={"Last-Event-ID": str(part[-1]["seq"])},
         ) as second:
             resumed = part + rest(events(second))
-        original = rest(from_a)
+        original = rest(post.events)
 
     seqs = [f["seq"] for f in resumed]
     assert seqs == list(range(1, seqs[-1] + 1)), "every seq once, in order"
@@ -85,17 +75,12 @@ def test_a_follower_that_drops_resumes_on_the_other_process_without_gap_or_dupli
 
 def test_a_run_is_cancelled_through_the_other_process(two: list[ServerProcess]) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
-    ):
-        from_a = events(started)
-        run_id = until(from_a, "tool_call")[0]["run_id"]
-        cancelled = on_b.post(f"/api/agents/runs/{run_id}/cancel")
-        after = rest(from_a)
-        again = on_b.post(f"/api/agents/runs/{run_id}/cancel")
-        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+    with posted(a, b, "/api/agents/waiter/run/stream", {"message": "go"}) as post:
+        run_id = until(post.events, "tool_call")[0]["run_id"]
+        cancelled = post.on_b.post(f"/api/agents/runs/{run_id}/cancel")
+        after = rest(post.events)
+        again = post.on_b.post(f"/api/agents/runs/{run_id}/cancel")
+        run = post.on_b.get(f"/api/agents/runs/{run_id}").json()
 
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json() == {"run_id": run_id, "status": "cancelled"}
@@ -143,20 +128,15 @@ def test_sigkill_of_the_process_running_a_run_ends_it_interrupted_for_every_view
     two: list[ServerProcess],
 ) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
-    ):
-        from_a = events(started)  # held: a stream let go of is closed, and its run cancelled
-        before = until(from_a, "tool_call")
+    with posted(a, b, "/api/agents/waiter/run/stream", {"message": "go"}) as post:
+        before = until(post.events, "tool_call")
         run_id = before[0]["run_id"]
-        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream", timeout=30) as followed:
+        with post.on_b.stream("GET", f"/api/agents/runs/{run_id}/stream", timeout=30) as followed:
             from_b = events(followed)
             first = next(from_b).json()
             a.kill()
             following = [first, *rest(from_b)]
-        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+        run = post.on_b.get(f"/api/agents/runs/{run_id}").json()
 
     stopped = {"event": "error", "status": "interrupted", "message": INTERRUPTED}
     assert following[-1] == {**stopped, "seq": following[-1]["seq"]}
@@ -171,20 +151,15 @@ def test_one_conversation_takes_one_run_at_a_time_across_processes(
     two: list[ServerProcess],
 ) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as started,
-    ):
-        from_a = events(started)
-        [first] = until(from_a, "start")
-        refused = on_b.post(
+    with posted(a, b, "/api/agents/waiter/run/stream", {"message": "go"}) as post:
+        [first] = until(post.events, "start")
+        refused = post.on_b.post(
             "/api/agents/waiter/run/stream",
             json={"message": "again", "session_id": first["session_id"]},
         )
-        kept = on_b.delete(f"/api/sessions/{first['session_id']}")
-        on_b.post(f"/api/agents/runs/{first['run_id']}/cancel")
-        deleted = on_b.delete(f"/api/sessions/{first['session_id']}")
+        kept = post.on_b.delete(f"/api/sessions/{first['session_id']}")
+        post.on_b.post(f"/api/agents/runs/{first['run_id']}/cancel")
+        deleted = post.on_b.delete(f"/api/sessions/{first['session_id']}")
 
     assert refused.status_code == 409
     assert refused.json()["error"]["field"] == "session_id"
@@ -272,22 +247,17 @@ def test_sigterm_drains_a_process_while_the_other_follows_and_serves_on(
     two: list[ServerProcess],
 ) -> None:
     a, b = two
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", COUNT, json={"message": "go"}) as started,
-    ):
-        from_a = events(started)
-        run_id = until(from_a, "content_delta")[0]["run_id"]
-        with on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as followed:
+    with posted(a, b, COUNT, {"message": "go"}) as post:
+        run_id = until(post.events, "content_delta")[0]["run_id"]
+        with post.on_b.stream("GET", f"/api/agents/runs/{run_id}/stream") as followed:
             from_b = events(followed)
             first = next(from_b).json()
             a.process.send_signal(signal.SIGTERM)
             following = [first, *rest(from_b)]
-        own = rest(from_a)
+        own = rest(post.events)
         exit_code = a.process.wait(30)
-        after = [e.json() for e in read_events(on_b.post(COUNT, json={"message": "again"}))]
-        run = on_b.get(f"/api/agents/runs/{run_id}").json()
+        after = [e.json() for e in read_events(post.on_b.post(COUNT, json={"message": "again"}))]
+        run = post.on_b.get(f"/api/agents/runs/{run_id}").json()
 
     counted = "".join(f"{n} " for n in range(1, COUNTED + 1))
     assert own[-1] == following[-1], "the draining process's client and the other's alike"

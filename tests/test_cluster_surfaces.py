@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from agentstream.sse import ServerSentEvent
-from cluster_fixtures import events, rest, until
+from cluster_fixtures import events, posted, rest, until
 from fakes.test_app import COUNTED
 from processes import ServerProcess
 
@@ -96,20 +96,15 @@ def test_a_workflow_execution_is_followed_live_from_the_other_process(
     workflows: list[ServerProcess],
 ) -> None:
     a, b = workflows
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/workflows/counting/run/stream", json={"input": "go"}) as posted,
-    ):
-        from_a = events(posted)
-        seen = frames_until(from_a, lambda f: f.get("delta") == "10 ")
+    with posted(a, b, "/api/workflows/counting/run/stream", {"input": "go"}) as post:
+        seen = frames_until(post.events, lambda f: f.get("delta") == "10 ")
         execution_id, joined_at = seen[0]["execution_id"], seen[-1]["seq"]
         path = f"/api/workflows/executions/{execution_id}/stream"
-        live = followed(on_b, path, joined_at)
-        everything = seen + rest(from_a)
+        live = followed(post.on_b, path, joined_at)
+        everything = seen + rest(post.events)
         # and once it is over, from its last token, with ?after=
         last_delta = max(f["seq"] for f in everything if f["event"] == "content_delta")
-        late = followed(on_b, path, last_delta, header=False)
+        late = followed(post.on_b, path, last_delta, header=False)
 
     assert everything[-1]["event"] == "workflow_complete"
     deltas = [f["delta"] for f in everything if f["event"] == "content_delta"]
@@ -124,21 +119,16 @@ def test_the_canvas_of_an_execution_is_followed_from_the_other_process_frame_for
     workflows: list[ServerProcess],
 ) -> None:
     a, b = workflows
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/workflows/counting/execute", json={"input": "go"}) as posted,
-    ):
-        from_a = events(posted)
-        seen = frames_until(from_a, lambda f: f["data"].get("chunk") == "10 ")
+    with posted(a, b, "/api/workflows/counting/execute", {"input": "go"}) as post:
+        seen = frames_until(post.events, lambda f: f["data"].get("chunk") == "10 ")
         execution_id, joined_at = seen[0]["executionId"], seen[-1]["eventId"]
         path = f"/api/workflows/executions/{execution_id}/canvas"
-        live = followed(on_b, path, joined_at)
-        everything = seen + rest(from_a)
+        live = followed(post.on_b, path, joined_at)
+        everything = seen + rest(post.events)
         # After its last token the canvas still owes the block's stream:done, which only
         # a view that saw the tokens knows about.
         last_chunk = max(f["eventId"] for f in everything if f["type"] == "stream:chunk")
-        late = followed(on_b, path, last_chunk, header=False)
+        late = followed(post.on_b, path, last_chunk, header=False)
 
     assert [f["type"] for f in everything][-3:] == [
         "stream:done",
@@ -161,17 +151,12 @@ def test_a_workflow_execution_is_cancelled_through_the_other_process(
     workflows: list[ServerProcess],
 ) -> None:
     a, b = workflows
-    with (
-        a.live.client() as on_a,
-        b.live.client() as on_b,
-        on_a.stream("POST", "/api/workflows/waiting/run/stream", json={"input": "go"}) as posted,
-    ):
-        from_a = events(posted)
-        execution_id = until(from_a, "tool_call")[0]["execution_id"]
-        cancelled = on_b.post(f"/api/workflows/executions/{execution_id}/cancel")
-        after = rest(from_a)
-        again = on_b.post(f"/api/workflows/executions/{execution_id}/cancel")
-        record = on_b.get(f"/api/workflows/executions/{execution_id}").json()
+    with posted(a, b, "/api/workflows/waiting/run/stream", {"input": "go"}) as post:
+        execution_id = until(post.events, "tool_call")[0]["execution_id"]
+        cancelled = post.on_b.post(f"/api/workflows/executions/{execution_id}/cancel")
+        after = rest(post.events)
+        again = post.on_b.post(f"/api/workflows/executions/{execution_id}/cancel")
+        record = post.on_b.get(f"/api/workflows/executions/{execution_id}").json()
 
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json() == {"execution_id": execution_id, "status": "cancelled"}
