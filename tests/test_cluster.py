@@ -297,3 +297,20 @@ def test_more_viewers_in_the_other_process_than_redis_has_connections_by_default
         own = rest(from_a)
 
     assert all(frames[-1] == own[-1] for frames in seen), "every viewer to the end"
+
+
+def test_password_guesses_count_once_whichever_process_they_reach(
+    two: list[ServerProcess],
+) -> None:
+    a, b = two
+    with a.live.client() as on_a:
+        deployed = on_a.post(
+            "/api/chat-deployments",
+            json={"slug": "guarded", "agent_id": "demo", "access": "password", "password": "pw!"},
+        )
+    assert deployed.status_code == 201, deployed.text
+    statuses = [
+        httpx.post(f"{live.url}/api/chat/guarded", json={"password": "guess"}).status_code
+        for live in [a.live, b.live] * 5 + [b.live, a.live]
+    ]
+    assert statuses == [401] * 10 + [429, 429], "ten guesses in all (spec 000), wherever"
