@@ -306,7 +306,12 @@ def test_password_guesses_count_once_whichever_process_they_reach(
     with a.live.client() as on_a:
         deployed = on_a.post(
             "/api/chat-deployments",
-            json={"slug": "guarded", "agent_id": "demo", "access": "password", "password": "pw!"},
+            json={
+                "slug": "guarded",
+                "agent_id": "demo",
+                "access": "password",
+                "password": "correct horse",
+            },
         )
     assert deployed.status_code == 201, deployed.text
     statuses = [
