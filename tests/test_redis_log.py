@@ -61,7 +61,7 @@ async def test_another_process_reads_a_run_from_any_seq_to_its_end(redis: Redis)
     assert (following.starts_after, following.ended) == (0, False)
     assert await seqs(await following.next_batch()) == [3, 4, 5]
     writer.append(step(6))
-    writer.close("run_x")
+    writer.close("run_x", last=6)
     await writer.flush()
     assert await seqs(await following.next_batch()) == [6]
     assert await following.next_batch() == []
@@ -132,7 +132,7 @@ async def test_a_seq_never_written_is_a_hole_a_viewer_reads_past(redis: Redis) -
     writer.open("run_x", after=0)
     for seq in (1, 2, 4, 5):
         writer.append(step(seq))
-    writer.close("run_x")
+    writer.close("run_x", last=5)
     await writer.flush()
     following = await reader.subscribe("run_x", after=0)
     assert following is not None

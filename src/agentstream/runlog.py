@@ -49,7 +49,9 @@ class Mirror(Protocol):
 
     def append(self, event: Event) -> None: ...
 
-    def close(self, stream_id: str) -> None: ...
+    def close(self, stream_id: str, *, last: int) -> None:
+        """The stream ended after seq ``last``."""
+        ...
 
     async def sync(self) -> None:
         """Wait until the changes told so far are visible to the other processes."""
@@ -65,6 +67,11 @@ class _Stream:
         self.events: list[Event] = []
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
+
+    @property
+    def last_seq(self) -> int:
+        """Of its last event; its base while it has none."""
+        return self.events[-1].seq if self.events else self.base
 
     def notify(self) -> None:
         for subscriber in self.subscribers:
@@ -137,7 +144,9 @@ class RunLog:
         stream.closed = True
         stream.notify()
         if self.mirror is not None:
-            self.mirror.close(stream_id)
+            self.mirror.close(
+                stream_id, last=stream.events[-1].seq if stream.events else stream.base
+            )
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
     def _drop(self, stream_id: str, stream: _Stream) -> None:

@@ -126,8 +126,6 @@ class RedisLog:
         """Operations queued, and sent, since the start: ``sync`` waits for the one to
         catch up with the other."""
         self._progress = anyio.Event()
-        self._last: dict[str, int] = {}
-        """The last seq mirrored of each stream open here."""
         self._touched: dict[str, float] = {}
         """When each stream open here last had its expiry renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
@@ -138,15 +136,13 @@ class RedisLog:
     # Mirror: called by the in-process log, in order, never waiting.
 
     def open(self, stream_id: str, *, after: int) -> None:
-        self._last[stream_id] = after
         self._push(_Op(_OPEN, stream_id, after))
 
     def append(self, event: Event) -> None:
-        self._last[event.run_id] = event.seq
         self._push(_Op(_EVENT, event.run_id, event.seq, event))
 
-    def close(self, stream_id: str) -> None:
-        self._push(_Op(_END, stream_id, self._last.pop(stream_id, 0)))
+    def close(self, stream_id: str, *, last: int) -> None:
+        self._push(_Op(_END, stream_id, last))
 
     def _push(self, op: _Op) -> None:
         self._queue.append(op)
