@@ -57,12 +57,10 @@ class Cluster:
         """Mirror the log and take cancels (``cancel(run_id, reason)``) while the block
         runs; then send the last writes. ``ConfigError`` if Redis does not answer."""
         try:
-            await self.redis.ping()
-        except (RedisError, OSError) as exc:
-            await self.followers.aclose()
-            await self.redis.aclose()
-            raise ConfigError(f"AGENTSTREAM_REDIS_URL: Redis does not answer ({exc})") from None
-        try:
+            try:
+                await self.redis.ping()
+            except (RedisError, OSError) as exc:
+                raise ConfigError(f"AGENTSTREAM_REDIS_URL: Redis does not answer ({exc})") from None
             async with anyio.create_task_group() as tasks:
                 listening = anyio.Event()
                 tasks.start_soon(self.log.run)
