@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.agents import AgentSpec
+from agentstream.deployments import DeploymentSettings
 from agentstream.errors import Conflict
 from agentstream.events import (
     INTERRUPTED,
@@ -362,3 +363,38 @@ async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
             assert await processes.renew(supervisor.process_id, now + 1, at=now), "on record"
     finally:
         await store.close()
+
+
+async def test_processes_creating_the_same_definitions_at_once_all_succeed(
+    database_url: str,
+) -> None:
+    """As workers starting together on a new database each create the demo definitions: the
+    one that finds the row already there (just inserted by another) takes it, and no one
+    fails or bumps a version for an unchanged definition."""
+    stores = [await Store.open(database_url) for _ in range(2)]
+    ids = [f"x{uuid.uuid4().hex[:8]}" for _ in range(8)]
+    try:
+        async with anyio.create_task_group() as group:
+            for store in stores:
+                workflows = WorkflowStore(store.db)
+                for name in ids:
+                    group.start_soon(create_all, store, workflows, name)
+        for name in ids:
+            agent = await stores[0].get_agent(name)
+            workflow = await WorkflowStore(stores[0].db).get_workflow(name)
+            deployment = await stores[0].get_deployment(name)
+            assert agent is not None
+            assert workflow is not None
+            assert deployment is not None
+            assert (agent.version, workflow.version) == (1, 1)
+            assert deployment.settings.agent_id == name
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def create_all(store: Store, workflows: WorkflowStore, name: str) -> None:
+    agent = await store.put_agent(AgentSpec(id=name))
+    await workflows.put_workflow(flow(name))
+    settings = DeploymentSettings(slug=name, agent_id=name)
+    await store.put_deployment(settings, target=agent, password_hash=None)

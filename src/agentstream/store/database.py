@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from typing import TypeVar
 
 import anyio
+from sqlalchemy import inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -45,6 +47,18 @@ class Database:
         (``on_conflict_do_nothing`` / ``on_conflict_do_update``), decided by the database
         in the one statement, so processes racing to write it cannot both win."""
         return self._insert(table)
+
+    async def insert_or_lock(self, db: AsyncSession, row: _Row) -> tuple[_Row, bool]:
+        """``row`` inserted, or else the row already there with its key, locked until ``db``'s
+        transaction ends; and whether ``row`` went in. A read-then-insert instead lets two
+        processes that create the same thing at once both insert, and one of them fail."""
+        mapper = inspect(type(row))
+        given = inspect(row).dict
+        values = {a.columns[0]: given[a.key] for a in mapper.column_attrs if a.key in given}
+        inserted = await db.execute(self._insert(type(row)).values(values).on_conflict_do_nothing())
+        key = mapper.primary_key_from_instance(row)
+        stored = await db.get_one(type(row), key, with_for_update=True, populate_existing=True)
+        return stored, bool(inserted.rowcount)  # type: ignore[attr-defined]
 
     async def insert(self, *rows: Base | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).
@@ -94,6 +108,7 @@ class Database:
                 written.set_result(None)
 
 
+_Row = TypeVar("_Row", bound=Base)
 _Insert = tuple[tuple[Base | None, ...], asyncio.Future[None]]
 
 

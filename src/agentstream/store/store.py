@@ -188,14 +188,12 @@ class Store:
 
     async def put_agent(self, spec: AgentSpec) -> StoredAgent:
         """Create the agent, or replace it with a new version if its definition changed."""
+        definition = spec.model_dump(mode="json")
+        new = AgentRow(id=spec.id, version=1, spec=definition, created_at=now())
+        new.updated_at = new.created_at
         async with self.db.write() as db:
-            row = await db.get(AgentRow, spec.id, with_for_update=True)
-            definition = spec.model_dump(mode="json")
-            if row is None:
-                row = AgentRow(id=spec.id, version=1, spec=definition, created_at=now())
-                row.updated_at = row.created_at
-                db.add(row)
-            elif row.spec != definition:
+            row, inserted = await self.db.insert_or_lock(db, new)
+            if not inserted and row.spec != definition:
                 row.version += 1
                 row.spec = definition
                 row.updated_at = now()
@@ -228,24 +226,27 @@ class Store:
     ) -> StoredDeployment:
         """Create or replace a deployment, pinning the given agent or workflow snapshot (and
         an orchestration's entities)."""
-        async with self.db.write() as db:
-            row = await db.get(DeploymentRow, settings.slug, with_for_update=True)
-            if row is None:
-                row = DeploymentRow(slug=settings.slug, created_at=now())
-                db.add(row)
-            row.settings = settings.model_dump(mode="json")
-            row.password_hash = password_hash
-            agent = target if isinstance(target, StoredAgent) else None
-            workflow = target if isinstance(target, DeployedWorkflow) else None
-            row.agent_spec = agent.spec.model_dump(mode="json") if agent else None
-            row.agent_version = agent.version if agent else None
-            row.workflow_definition = workflow.definition if workflow else None
-            row.workflow_version = workflow.version if workflow else None
-            row.entities = {
+        agent = target if isinstance(target, StoredAgent) else None
+        workflow = target if isinstance(target, DeployedWorkflow) else None
+        fields = {
+            "settings": settings.model_dump(mode="json"),
+            "password_hash": password_hash,
+            "agent_spec": agent.spec.model_dump(mode="json") if agent else None,
+            "agent_version": agent.version if agent else None,
+            "workflow_definition": workflow.definition if workflow else None,
+            "workflow_version": workflow.version if workflow else None,
+            "entities": {
                 entity_id: {"spec": e.spec.model_dump(mode="json"), "version": e.version}
                 for entity_id, e in (entities or {}).items()
-            }
-            row.updated_at = now()
+            },
+            "updated_at": now(),
+        }
+        new = DeploymentRow(slug=settings.slug, created_at=fields["updated_at"], **fields)
+        async with self.db.write() as db:
+            row, inserted = await self.db.insert_or_lock(db, new)
+            if not inserted:
+                for name, value in fields.items():
+                    setattr(row, name, value)
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:

@@ -79,13 +79,11 @@ class WorkflowStore:
     async def put_workflow(self, workflow: Workflow) -> StoredWorkflow:
         """Create the workflow, or replace it with a new version if its definition changed."""
         definition = definition_json(workflow)
+        new = WorkflowRow(id=workflow.id, definition=definition, version=1)
+        new.created_at = new.updated_at = now()
         async with self._db.write() as db:
-            row = await db.get(WorkflowRow, workflow.id, with_for_update=True)
-            if row is None:
-                row = WorkflowRow(id=workflow.id, definition=definition, version=1)
-                row.created_at = row.updated_at = now()
-                db.add(row)
-            elif row.definition != definition:
+            row, inserted = await self._db.insert_or_lock(db, new)
+            if not inserted and row.definition != definition:
                 row.version += 1
                 row.definition = definition
                 row.updated_at = now()
