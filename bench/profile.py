@@ -1,10 +1,12 @@
-"""Profile the server under load with py-spy: ``python -m bench.profile [one|many] [SECONDS]``.
+"""Profile the server under load with py-spy: ``python -m bench.profile [one|many|starts]
+[SECONDS]``.
 
 ``one`` replays scenario 1 (one unpaced stream of 10,000 tokens, over and over); ``many``
-holds scenario 2's load (concurrent streams at 30 tokens/s). py-spy samples the server
-process from outside (``--nonblocking``: it never pauses it), and the collapsed stacks are
-summed into the functions with the most samples on top of the stack (self) and anywhere
-in it (inclusive), which is where the time goes.
+holds scenario 2's load (concurrent streams at 30 tokens/s); ``starts`` runs of one
+token from a few clients at once, back to back (what scenario 2's ramp costs). py-spy
+samples the server process from outside (``--nonblocking``: it never pauses it), and the
+collapsed stacks are summed into the functions with the most samples on top of the stack
+(self) and anywhere in it (inclusive), which is where the time goes.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from pathlib import Path
 
 from bench.concurrency import RATE
 from bench.loadgen import load
-from bench.targets import start
+from bench.targets import Target, start
 
 TOP = 60
 STREAMS = 300
 """Below where scenario 2 saturates, so the profile shows the cost of a token, not queues."""
 RAMP = 3.0
+STARTING_CLIENTS = 8
 
 
 def summarize(collapsed: str) -> str:
@@ -66,6 +69,11 @@ def spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _until_done(sampling: subprocess.Popen[bytes], target: Target, tokens: int) -> None:
+    while sampling.poll() is None:
+        target.stream(tokens)
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "one"
     seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
@@ -86,8 +94,14 @@ def main() -> None:
                 worker.join()
             else:
                 sampling = spy(target.server.pid, seconds, out)
-                while sampling.poll() is None:
-                    target.stream(10_000)
+                clients = [
+                    threading.Thread(target=_until_done, args=(sampling, target, tokens))
+                    for tokens in ([1] * STARTING_CLIENTS if mode == "starts" else [10_000])
+                ]
+                for client in clients:
+                    client.start()
+                for client in clients:
+                    client.join()
             print(summarize(out.read_text()))
 
 

@@ -5,35 +5,71 @@ give up with "database is locked" after seconds. So on SQLite this process's wri
 turns on one lock, shared by every store over the engine. And the events that runs
 persist one by one are written in groups: whoever holds the turn writes every event that
 is waiting, in one transaction.
+
+The writes on a run's path (``transact``) are plain functions of a connection. On a SQLite
+file each runs whole in a thread, one trip there and back: the async driver makes three or
+four trips through the event loop for every statement, and with the turn held all along,
+under load those trips, not SQLite, set the pace of every write in the process.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import inspect
+from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentstream.store.tables import Base
 
-__all__ = ["Database"]
+__all__ = ["Database", "add", "sqlite_pragmas"]
+
+T = TypeVar("T")
 
 
 class Database:
     """One per engine: every store over the engine shares it (and its turn to write)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
         self._turn = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
         self._grouping = anyio.Lock()
         self._waiting: list[_Insert] = []
+        self._file: Engine | None = None
+        """The same SQLite file through the standard library's driver, for ``transact``."""
+        if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+            url = engine.url.set(drivername="sqlite+pysqlite")
+            self._file = create_engine(url, pool_reset_on_return=None)
+            event.listen(self._file, "connect", sqlite_pragmas)
+        self._writer = anyio.CapacityLimiter(1)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+        if self._file is not None:
+            self._file.dispose()
+
+    async def transact(self, work: Callable[[Connection], T]) -> T:
+        """``work`` in one write transaction, committed if it returns; whole in a thread on a
+        SQLite file, so it does not give up the turn to write while it waits on the loop."""
+        turn: AbstractAsyncContextManager[object] = self._turn or nullcontext()
+        async with turn:
+            if self._file is not None:
+                return await anyio.to_thread.run_sync(self._transact, work, limiter=self._writer)
+            async with self.engine.begin() as connection:
+                return await connection.run_sync(work)
+
+    def _transact(self, work: Callable[[Connection], T]) -> T:
+        assert self._file is not None
+        with self._file.begin() as connection:
+            return work(connection)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -54,7 +90,7 @@ class Database:
         processes that create the same thing at once both insert, and one of them fail."""
         mapper = inspect(type(row))
         given = inspect(row).dict
-        values = {a.columns[0]: given[a.key] for a in mapper.column_attrs if a.key in given}
+        values = {a.key: given[a.key] for a in mapper.column_attrs if a.key in given}
         inserted = await db.execute(self._insert(type(row)).values(values).on_conflict_do_nothing())
         key = mapper.primary_key_from_instance(row)
         stored = await db.get_one(type(row), key, with_for_update=True, populate_existing=True)
@@ -87,8 +123,7 @@ class Database:
 
     async def _insert_group(self, group: list[_Insert]) -> None:
         try:
-            async with self.write() as db:
-                await _add_in_order(db, [rows for rows, _ in group])
+            await self.transact(functools.partial(_add_in_order, [rows for rows, _ in group]))
         except Exception:
             if len(group) == 1:
                 raise
@@ -100,8 +135,7 @@ class Database:
     async def _insert_each(self, group: list[_Insert]) -> None:
         for rows, written in group:
             try:
-                async with self.write() as db:
-                    await _add_in_order(db, [rows])
+                await self.transact(functools.partial(_add_in_order, [rows]))
             except Exception as exc:
                 written.set_exception(exc)
             else:
@@ -112,8 +146,32 @@ _Row = TypeVar("_Row", bound=Base)
 _Insert = tuple[tuple[Base | None, ...], asyncio.Future[None]]
 
 
-async def _add_in_order(db: AsyncSession, inserts: list[tuple[Base | None, ...]]) -> None:
-    """Position by position: one flush (a few statements) for each, whatever the count."""
+def add(connection: Connection, rows: Iterable[Base]) -> None:
+    """Insert new ``rows`` in one INSERT per table (in the order the tables first come): a
+    statement, not a session's unit of work, which costs several times more for rows that
+    are only ever inserted."""
+    by_table: dict[type[Base], list[dict[str, Any]]] = {}
+    for row in rows:
+        given = inspect(row).dict
+        columns = inspect(type(row)).column_attrs
+        values = {a.key: given[a.key] for a in columns if a.key in given}
+        by_table.setdefault(type(row), []).append(values)
+    for table, values_of_rows in by_table.items():
+        connection.execute(insert(table), values_of_rows)
+
+
+def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:
+    """Position by position: one INSERT per table for each, whatever the count."""
     for position in range(max(len(rows) for rows in inserts)):
-        db.add_all(row for rows in inserts if position < len(rows) and (row := rows[position]))
-        await db.flush()
+        at = (rows[position] for rows in inserts if position < len(rows))
+        add(connection, (row for row in at if row is not None))
+
+
+def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """Every SQLite connection: write-ahead log (readers do not wait for the writer),
+    synced at checkpoints, and foreign keys enforced."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -9,17 +9,18 @@ in one transaction at the end. Token deltas never come here.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
 from agentstream.store.clock import now
-from agentstream.store.database import Database
-from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
+from agentstream.store.database import Database, add
+from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 
 __all__ = ["RunKind", "RunStore", "event_row"]
 
@@ -64,24 +65,12 @@ class RunStore:
         """Record the outcome with the last event (and an agent's exchange in its session):
         all or nothing. ``usage`` None keeps the counts the run has. A run that is no longer
         ``running`` (ended by another process) is left as it is."""
-        async with self._db.write() as db:
-            run = await db.get_one(RunRow, run_id, with_for_update=True)
-            if run.status != "running":  # another process took this one's for dead and ended it
-                logger.warning("Run %s was ended already (%s): kept so", run_id, run.status)
-                return
-            db.add(event_row(last_event))
-            run.status = status
-            run.error = error
-            run.content = content
-            run.result = result
-            if usage is not None:
-                run.input_tokens, run.output_tokens = usage.input_tokens, usage.output_tokens
-                run.cost_usd = usage.cost_usd
-            run.paused_state = None
-            run.finished_at = now()
-            if memory:
-                assert run.session_id is not None, "only an agent run has a conversation"
-                db.add_all(_message_row(run.session_id, run_id, m) for m in memory)
+        outcome: dict[str, Any] = {"status": status, "error": error, "content": content}
+        outcome |= {"result": result, "paused_state": None, "finished_at": now()}
+        if usage is not None:
+            outcome |= {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+            outcome["cost_usd"] = usage.cost_usd
+        await self._db.transact(functools.partial(_finish, run_id, outcome, last_event, memory))
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status of a running run, when recording its whole outcome failed."""
@@ -121,6 +110,31 @@ def event_row(event: BaseEvent) -> RunEventRow:
     return RunEventRow(
         run_id=event.run_id, seq=event.seq, type=payload["type"], ts=event.ts, payload=payload
     )
+
+
+def _finish(
+    run_id: str,
+    outcome: dict[str, Any],
+    last_event: BaseEvent,
+    memory: Sequence[Message],
+    connection: Connection,
+) -> None:
+    ended = connection.execute(
+        update(RunRow)
+        .where(RunRow.id == run_id, RunRow.status == "running")
+        .values(outcome)
+        .returning(RunRow.session_id)
+    ).first()
+    if ended is None:  # another process took it for dead and ended it
+        found = connection.scalar(select(RunRow.status).where(RunRow.id == run_id))
+        logger.warning("Run %s was ended already (%s): kept so", run_id, found)
+        return
+    (session_id,) = ended
+    rows: list[Base] = [event_row(last_event)]
+    if memory:
+        assert session_id is not None, "only an agent run has a conversation"
+        rows += (_message_row(session_id, run_id, m) for m in memory)
+    add(connection, rows)
 
 
 def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:

@@ -30,7 +30,7 @@ from agentstream.errors import Conflict
 from agentstream.events import BaseEvent, Event, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
-from agentstream.store.database import Database
+from agentstream.store.database import Database, sqlite_pragmas
 from agentstream.store.runs import RunStore, event_row
 from agentstream.store.tables import (
     AgentRow,
@@ -146,15 +146,15 @@ class Store:
         """Connect and bring the schema to the latest migration."""
         if (database := sqlite_file(url)) is not None:
             _private_database(database)
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, pool_reset_on_return=None)
         if engine.dialect.name == "sqlite":
-            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         async with engine.connect() as connection:
             await connection.run_sync(_upgrade)
         return cls(engine)
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        await self.db.close()
 
     # API keys
 
@@ -557,14 +557,6 @@ def _private_database(path: Path) -> None:
     os.close(open_private(path))
     for companion in ("-wal", "-shm"):
         make_private(path.with_name(path.name + companion))
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
 
 
 def _stored_agent(row: AgentRow) -> StoredAgent:
