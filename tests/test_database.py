@@ -31,6 +31,7 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
+from agentstream.providers.base import Message
 from agentstream.runlog import RunLog
 from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
@@ -316,6 +317,32 @@ async def test_mark_failed_ends_a_running_run_of_either_kind_and_nothing_else(
         execution = await workflows.get_execution(wfx)
         assert execution is not None
         assert execution.error == "lost too"
+    finally:
+        await store.close()
+
+
+async def test_finishing_a_run_another_process_ended_keeps_that_ending(database_url: str) -> None:
+    """A run taken for dead and interrupted elsewhere, whose own process then finishes it:
+    the first ending stands, with no second terminal event and no memory added."""
+    store = await Store.open(database_url)
+    run_id, session_id = f"run_{uuid.uuid4().hex}", f"ses_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, session_id)
+        await store.mark_failed(run_id, "lost")
+        await store.finish_run(
+            run_id,
+            status="completed",
+            content="late",
+            error=None,
+            usage=Usage(input_tokens=1, output_tokens=1),
+            memory=[Message(role="assistant", content="late")],
+            last_event=RunCompleted(run_id=run_id, seq=2, ts=2.0, content="late"),
+        )
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.error, run.content) == ("error", "lost", None)
+        assert [e.type for e in await store.run_events(run_id)] == ["run_started"]
+        assert await store.history(session_id) == []
     finally:
         await store.close()
 
