@@ -18,7 +18,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, delete, event, select, update
+from sqlalchemy import Connection, Row, delete, event, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -167,8 +167,8 @@ class Store:
 
     async def api_key_name(self, key: str) -> str | None:
         """The name the key was created with, or None if it is not a key of this server."""
-        async with self.db.session() as db:
-            return await db.scalar(select(ApiKeyRow.name).where(ApiKeyRow.digest == _digest(key)))
+        named = select(ApiKeyRow.name).where(ApiKeyRow.digest == _digest(key))
+        return await self.db.read(lambda db: db.scalar(named))
 
     async def is_api_key(self, key: str) -> bool:
         return await self.api_key_name(key) is not None
@@ -200,8 +200,8 @@ class Store:
         return _stored_agent(row)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        async with self.db.session() as db:
-            row = await db.get(AgentRow, agent_id)
+        agent = select(AgentRow.__table__).where(AgentRow.id == agent_id)
+        row = await self.db.read(lambda db: db.execute(agent).first())
         return None if row is None else _stored_agent(row)
 
     async def list_agents(self) -> list[StoredAgent]:
@@ -268,8 +268,8 @@ class Store:
 
     async def session_agent(self, session_id: str) -> str | None:
         """The agent a session belongs to, or None if there is no such session."""
-        async with self.db.session() as db:
-            return await db.scalar(select(SessionRow.agent_id).where(SessionRow.id == session_id))
+        owner = select(SessionRow.agent_id).where(SessionRow.id == session_id)
+        return await self.db.read(lambda db: db.scalar(owner))
 
     async def session_created_at(self, session_id: str) -> datetime | None:
         async with self.db.session() as db:
@@ -475,13 +475,10 @@ class Store:
 
     async def session_paused(self, session_id: str) -> bool:
         """Whether the session has a run waiting for approval (it takes no new message)."""
-        async with self.db.session() as db:
-            found = await db.scalar(
-                select(RunRow.id).where(
-                    RunRow.session_id == session_id, RunRow.status == "awaiting_approval"
-                )
-            )
-        return found is not None
+        paused = select(RunRow.id).where(
+            RunRow.session_id == session_id, RunRow.status == "awaiting_approval"
+        )
+        return await self.db.read(lambda db: db.scalar(paused)) is not None
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
@@ -559,7 +556,7 @@ def _private_database(path: Path) -> None:
         make_private(path.with_name(path.name + companion))
 
 
-def _stored_agent(row: AgentRow) -> StoredAgent:
+def _stored_agent(row: AgentRow | Row[Any]) -> StoredAgent:
     return StoredAgent(
         spec=AgentSpec.model_validate(row.spec),
         version=row.version,
