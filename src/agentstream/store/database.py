@@ -170,7 +170,7 @@ def add(connection: Connection, rows: Iterable[Base]) -> None:
         values = {a.key: given[a.key] for a in columns if a.key in given}
         by_table.setdefault(type(row), []).append(values)
     for table, values_of_rows in by_table.items():
-        connection.execute(insert(table), values_of_rows)
+        connection.execute(insert(Base.metadata.tables[table.__tablename__]), values_of_rows)
 
 
 def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:

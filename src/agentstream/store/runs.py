@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Boolean, Connection, bindparam, case, func, select, update
 
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
@@ -65,12 +65,12 @@ class RunStore:
         """Record the outcome with the last event (and an agent's exchange in its session):
         all or nothing. ``usage`` None keeps the counts the run has. A run that is no longer
         ``running`` (ended by another process) is left as it is."""
-        outcome: dict[str, Any] = {"status": status, "error": error, "content": content}
-        outcome |= {"result": result, "paused_state": None, "finished_at": now()}
-        if usage is not None:
-            outcome |= {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
-            outcome["cost_usd"] = usage.cost_usd
-        await self._db.transact(functools.partial(_finish, run_id, outcome, last_event, memory))
+        outcome: dict[str, Any] = {"run_id": run_id, "status": status, "error": error}
+        outcome |= {"content": content, "result": result, "finished_at": now()}
+        counted = usage or Usage()
+        outcome |= {"input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens}
+        outcome |= {"cost_usd": counted.cost_usd, "keep_usage": usage is None}
+        await self._db.transact(functools.partial(_finish, outcome, last_event, memory))
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status of a running run, when recording its whole outcome failed."""
@@ -112,21 +112,35 @@ def event_row(event: BaseEvent) -> RunEventRow:
     )
 
 
+_USAGE: dict[str, Any] = {
+    "input_tokens": RunRow.input_tokens,
+    "output_tokens": RunRow.output_tokens,
+    "cost_usd": RunRow.cost_usd,
+}
+_ENDED = (
+    update(RunRow)
+    .where(RunRow.id == bindparam("run_id"), RunRow.status == "running")
+    .values(
+        {name: bindparam(name) for name in ("status", "error", "content", "result", "finished_at")}
+        | {
+            name: case((bindparam("keep_usage", type_=Boolean), kept), else_=bindparam(name))
+            for name, kept in _USAGE.items()
+        }
+        | {"paused_state": None}
+    )
+    .returning(RunRow.session_id)
+)
+"""A running run's outcome, its usage kept as it is with ``keep_usage``; built once, as
+building a statement costs more than running it."""
+
+
 def _finish(
-    run_id: str,
-    outcome: dict[str, Any],
-    last_event: BaseEvent,
-    memory: Sequence[Message],
-    connection: Connection,
+    outcome: dict[str, Any], last_event: BaseEvent, memory: Sequence[Message], db: Connection
 ) -> None:
-    ended = connection.execute(
-        update(RunRow)
-        .where(RunRow.id == run_id, RunRow.status == "running")
-        .values(outcome)
-        .returning(RunRow.session_id)
-    ).first()
+    run_id = outcome["run_id"]
+    ended = db.execute(_ENDED, outcome).first()
     if ended is None:  # another process took it for dead and ended it
-        found = connection.scalar(select(RunRow.status).where(RunRow.id == run_id))
+        found = db.scalar(select(RunRow.status).where(RunRow.id == run_id))
         logger.warning("Run %s was ended already (%s): kept so", run_id, found)
         return
     (session_id,) = ended
@@ -134,7 +148,7 @@ def _finish(
     if memory:
         assert session_id is not None, "only an agent run has a conversation"
         rows += (_message_row(session_id, run_id, m) for m in memory)
-    add(connection, rows)
+    add(db, rows)
 
 
 def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
