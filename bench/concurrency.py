@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import services
 from bench.loadgen import load
 from bench.tables import markdown_table, text_table
 from bench.targets import Target, start
@@ -30,7 +31,10 @@ STARTS_PER_S = 250.0
 """How fast the generator opens the streams of a step."""
 STEPS = (100, 150, 250, 350, 500, 750, 1000, 1500, 2000, 3000, 4000)
 QUICK_STEPS = (50, 200)
-SYSTEMS = ("agentstream", "baseline")
+SYSTEMS = ("agentstream", "agentstream-postgresql", "baseline")
+"""The embedded default, the same process on a PostgreSQL store (skipped when no server
+answers), and the bare baseline."""
+EMBEDDED = ("agentstream", "baseline")
 
 
 def step(
@@ -81,33 +85,44 @@ def ladder(step: Callable[[int], dict[str, Any]], steps: Sequence[int]) -> dict[
     return {"steps": runs, "max_held": held[-1] if held else None}
 
 
-def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
-    """Scenario 2; agentstream from the checkout ``source`` if given."""
+def measure(
+    quick: bool = False, source: Path | None = None, systems: Sequence[str] = SYSTEMS
+) -> dict[str, Any]:
+    """Scenario 2 for ``systems``; agentstream from the checkout ``source`` if given."""
     steps = QUICK_STEPS if quick else STEPS
     hold = 2.0 if quick else 6.0
-    systems = {
+    skipped = services.unavailable() if "agentstream-postgresql" in systems else None
+    measured = {
         name: ladder(
             functools.partial(step, name, hold=hold, starts_per_s=STARTS_PER_S, source=source),
             steps,
         )
-        for name in SYSTEMS
+        for name in systems
+        if not (name == "agentstream-postgresql" and skipped)
     }
-    ours, base = (systems[name]["max_held"] for name in SYSTEMS)
+    base = measured["baseline"]["max_held"]
+
+    def ratio(name: str) -> float | None:
+        ours = measured[name]["max_held"] if name in measured else None
+        return round(ours["streams"] / base["streams"], 2) if ours and base else None
+
     return {
         "rate": RATE,
         "limit_ms": LIMIT_MS,
-        "systems": systems,
-        "ratio": round(ours["streams"] / base["streams"], 2) if ours and base else None,
+        "systems": measured,
+        "skipped": skipped,
+        "ratio": ratio("agentstream"),
+        "ratio_postgresql": ratio("agentstream-postgresql"),
         "loadgen_cpu_pct_max": max(
-            run["loadgen_cpu_pct"] for name in SYSTEMS for run in systems[name]["steps"]
+            run["loadgen_cpu_pct"] for ladder_ in measured.values() for run in ladder_["steps"]
         ),
     }
 
 
 def _rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
-    for name in SYSTEMS:
-        for run in result["systems"][name]["steps"]:
+    for name, measured in result["systems"].items():
+        for run in measured["steps"]:
             rows.append(
                 (
                     name,
@@ -146,9 +161,10 @@ HEADER = (
 
 
 def summary(result: dict[str, Any]) -> list[str]:
-    ours, base = (result["systems"][name]["max_held"] for name in SYSTEMS)
+    systems = result["systems"]
 
-    def held(run: dict[str, Any] | None) -> str:
+    def held(name: str) -> str:
+        run = systems[name]["max_held"]
         if run is None:
             return "none held"
         return (
@@ -156,11 +172,18 @@ def summary(result: dict[str, Any]) -> list[str]:
             f"{run['rss_kib_per_stream']} KiB each)"
         )
 
+    on_postgresql = (
+        f"agentstream on PostgreSQL {held('agentstream-postgresql')}, ratio "
+        f"{result['ratio_postgresql']}x"
+        if "agentstream-postgresql" in systems
+        else f"agentstream on PostgreSQL not measured ({result.get('skipped')})"
+    )
     return [
         f"Largest N held at {result['rate']:.0f} tokens/s each, opened {STARTS_PER_S:.0f} "
         f"per second (ITL p99 <= {result['limit_ms']:.0f} ms, no errors, at least "
-        f"{100 * DELIVERED:.0f}% of the window's tokens delivered): agentstream {held(ours)}; "
-        f"baseline {held(base)}; ratio {result['ratio']}x.",
+        f"{100 * DELIVERED:.0f}% of the window's tokens delivered): agentstream "
+        f"{held('agentstream')}, ratio {result['ratio']}x; {on_postgresql}; baseline "
+        f"{held('baseline')}.",
         f"Load generator: at most {result['loadgen_cpu_pct_max']}% of one core in any window "
         "(a separate process on uvloop; below 100% it was waiting on the server, not the "
         "other way round).",

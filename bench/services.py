@@ -33,19 +33,26 @@ def unavailable() -> str | None:
 
 
 @contextmanager
-def cluster_environment() -> Iterator[dict[str, str]]:
-    """The ``AGENTSTREAM_*`` settings of the processes of one cluster: a database made for
-    it (dropped afterwards) and a Redis prefix of its own (its keys expire by themselves)."""
+def postgres_database() -> Iterator[str]:
+    """The URL of a database made for one measurement, dropped afterwards."""
     name = f"agentstream_bench_{uuid.uuid4().hex[:12]}"
     asyncio.run(_execute(f'CREATE DATABASE "{name}"'))
     try:
-        yield {
-            "AGENTSTREAM_DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}",
-            "AGENTSTREAM_REDIS_URL": REDIS_URL,
-            "AGENTSTREAM_REDIS_PREFIX": name,
-        }
+        yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
         asyncio.run(_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def cluster_environment() -> Iterator[dict[str, str]]:
+    """The ``AGENTSTREAM_*`` settings of the processes of one cluster: a database made for
+    it (dropped afterwards) and a Redis prefix of its own (its keys expire by themselves)."""
+    with postgres_database() as url:
+        yield {
+            "AGENTSTREAM_DATABASE_URL": url,
+            "AGENTSTREAM_REDIS_URL": REDIS_URL,
+            "AGENTSTREAM_REDIS_PREFIX": url.rsplit("/", 1)[1],
+        }
 
 
 async def _execute(statement: str) -> None:

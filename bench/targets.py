@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bench.loopback import Server, Timing, post_stream, server_process
 from bench.peers import pydantic_ai_request
-from bench.services import cluster_environment
+from bench.services import cluster_environment, postgres_database
 
-NAMES = ("agentstream", "baseline", "pydantic-ai", "langgraph")
+NAMES = ("agentstream", "agentstream-postgresql", "baseline", "pydantic-ai", "langgraph")
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,11 @@ PROMPT = "Write {tokens} words"
 def start(name: str, *, token_delay: float, source: Path | None = None) -> Iterator[Target]:
     """The named system, its model pacing tokens ``token_delay`` seconds apart; agentstream
     from the checkout ``source`` if given (``loopback.server_process``)."""
-    if name == "agentstream":
-        with start_agentstream(1, token_delay=token_delay, source=source) as (target,):
+    if name in ("agentstream", "agentstream-postgresql"):
+        postgresql = name == "agentstream-postgresql"
+        with start_agentstream(
+            1, token_delay=token_delay, postgresql=postgresql, source=source
+        ) as (target,):
             yield target
     elif name == "baseline":
         with server_process(name) as server:
@@ -60,17 +63,21 @@ def start_agentstream(
     *,
     token_delay: float,
     cluster: bool = False,
+    postgresql: bool = False,
     source: Path | None = None,
 ) -> Iterator[list[Target]]:
     """agentstream in ``processes`` server processes, started one after the other: the
-    embedded default (SQLite, one process), or ``cluster`` mode (one PostgreSQL database and
-    one Redis prefix for all, ``bench.services``). They share a data directory, so the demo
+    embedded default (SQLite, one process), one process on a ``postgresql`` database, or
+    ``cluster`` mode (one PostgreSQL database and one Redis prefix for all,
+    ``bench.services``). They share a data directory, so the demo
     key the first one makes is every one's (in cluster mode it is in the shared database)."""
     assert cluster or processes == 1, "processes that share runs are cluster mode"
     with tempfile.TemporaryDirectory() as data_dir, ExitStack() as stack:
         env = {"AGENTSTREAM_OFFLINE_TOKEN_DELAY": str(token_delay)}
         if cluster:
             env |= stack.enter_context(cluster_environment())
+        elif postgresql:
+            env["AGENTSTREAM_DATABASE_URL"] = stack.enter_context(postgres_database())
         servers = [
             stack.enter_context(server_process("agentstream", data_dir, env=env, source=source))
             for _ in range(processes)
