@@ -392,6 +392,61 @@ async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
         await store.close()
 
 
+async def test_a_process_alone_on_its_database_keeps_its_runs_after_a_late_round(
+    database_url: str,
+) -> None:
+    """Its lease ran out (a busy or suspended machine) but no other process can have taken
+    it for dead: its runs go on and its lease is renewed."""
+    store = await Store.open(database_url)
+    processes = ProcessStore(store.db)
+    endings: list[object] = []
+
+    async def record(ending: object) -> None:
+        endings.append(ending)
+
+    try:
+        async with Supervisor(RunLog()) as supervisor:
+            leases = Leases(processes, supervisor, lease_seconds=1)
+            await leases.join("here", alone=True)
+            supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
+            past = time.time() - 10
+            assert await processes.renew(supervisor.process_id, past, at=past), "ran out"
+            await leases.round()
+            assert supervisor.get("run_going") is not None
+            assert endings == []
+            now = time.time()
+            assert await processes.renew(supervisor.process_id, now + 1, at=now), "renewed"
+    finally:
+        await store.close()
+
+
+async def test_a_process_whose_lease_ran_out_before_anyone_swept_it_registers_again(
+    database_url: str,
+) -> None:
+    """Not alone, it cannot know whether another ended its runs: it stops them, and is on
+    record again with a lease it can renew, though its old row was still there."""
+    store = await Store.open(database_url)
+    processes = ProcessStore(store.db)
+    endings: list[object] = []
+
+    async def record(ending: object) -> None:
+        endings.append(ending)
+
+    try:
+        async with Supervisor(RunLog()) as supervisor:
+            leases = Leases(processes, supervisor, lease_seconds=1)
+            await leases.join("here", alone=False)
+            supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
+            past = time.time() - 10
+            assert await processes.renew(supervisor.process_id, past, at=past), "ran out"
+            await leases.round()
+            assert endings == [Stopped("interrupted", INTERRUPTED)]
+            now = time.time()
+            assert await processes.renew(supervisor.process_id, now + 1, at=now), "renewed"
+    finally:
+        await store.close()
+
+
 async def test_processes_creating_the_same_definitions_at_once_all_succeed(
     database_url: str,
 ) -> None:

@@ -52,12 +52,14 @@ class Leases:
         self.address = ""
         self._suspects: set[str] = set()
         """This process's runs that it no longer ran at the last sweep."""
+        self._alone = False
 
     async def join(self, address: str, *, alone: bool) -> int:
         """Register this process (listening on ``address``), then end the runs dead
         processes left; how many. ``alone``: no other process can be alive (this one holds
         the SQLite database)."""
         self.address = address
+        self._alone = alone
         await self._register()
         return await self.sweep(alone=alone)
 
@@ -83,7 +85,10 @@ class Leases:
         """Renew the lease, sweep, then ``each_round``. A lease found taken means the
         others took this process for dead and ended its runs: it stops them too."""
         now = time.time()
-        if not await self.store.renew(self.process_id, now + self.lease_seconds, at=now):
+        # Alone, no one else can have taken this process for dead: a late round (a busy or
+        # suspended machine) still renews, and its runs go on.
+        at = None if self._alone else now
+        if not await self.store.renew(self.process_id, now + self.lease_seconds, at=at):
             logger.error(
                 "This process (%s) was taken for dead (is its clock or database slow?):"
                 " its runs were ended by another, so it stops them too",

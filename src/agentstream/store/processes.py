@@ -37,27 +37,26 @@ class ProcessStore:
     async def register(
         self, process_id: str, *, host: str, pid: int, address: str, lease_until: float
     ) -> None:
+        """On record with a new lease, whether or not its row is still there: a process
+        taken for dead registers again before the others have swept its row away."""
+        row = {"host": host, "pid": pid, "address": address, "lease_until": lease_until}
+        registered = (
+            self._db.upsert(ServerProcessRow)
+            .values(id=process_id, started_at=now(), **row)
+            .on_conflict_do_update(index_elements=[ServerProcessRow.id], set_=row)
+        )
         async with self._db.write() as db:
-            db.add(
-                ServerProcessRow(
-                    id=process_id,
-                    host=host,
-                    pid=pid,
-                    address=address,
-                    started_at=now(),
-                    lease_until=lease_until,
-                )
-            )
+            await db.execute(registered)
 
-    async def renew(self, process_id: str, lease_until: float, *, at: float) -> bool:
-        """Extend the lease, if it has not run out by ``at``; False if it has, or the
-        process is no longer on record: others may have ended its runs."""
+    async def renew(self, process_id: str, lease_until: float, *, at: float | None) -> bool:
+        """Extend the lease, if it has not run out by ``at`` (None: whenever it ran out);
+        False if it has, or the process is no longer on record: others may have ended its
+        runs."""
+        renewed = update(ServerProcessRow).where(ServerProcessRow.id == process_id)
+        if at is not None:
+            renewed = renewed.where(ServerProcessRow.lease_until >= at)
         async with self._db.write() as db:
-            result = await db.execute(
-                update(ServerProcessRow)
-                .where(ServerProcessRow.id == process_id, ServerProcessRow.lease_until >= at)
-                .values(lease_until=lease_until)
-            )
+            result = await db.execute(renewed.values(lease_until=lease_until))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def leave(self, process_id: str) -> None:
