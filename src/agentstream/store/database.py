@@ -165,12 +165,16 @@ def add(connection: Connection, rows: Iterable[Base]) -> None:
     are only ever inserted."""
     by_table: dict[type[Base], list[dict[str, Any]]] = {}
     for row in rows:
-        given = inspect(row).dict
-        columns = inspect(type(row)).column_attrs
-        values = {a.key: given[a.key] for a in columns if a.key in given}
+        given = row.__dict__  # what was set, with the ORM's own state, which is no column
+        values = {name: given[name] for name in _columns(type(row)) if name in given}
         by_table.setdefault(type(row), []).append(values)
     for table, values_of_rows in by_table.items():
         connection.execute(insert(Base.metadata.tables[table.__tablename__]), values_of_rows)
+
+
+@functools.cache
+def _columns(table: type[Base]) -> tuple[str, ...]:
+    return tuple(attribute.key for attribute in inspect(table).column_attrs)
 
 
 def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Row, delete, event, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, event, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -54,6 +54,14 @@ __all__ = [
 ]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
+
+# The reads of every run start, built once: building a statement costs more than running it.
+_KEY_NAME = select(ApiKeyRow.name).where(ApiKeyRow.digest == bindparam("digest"))
+_AGENT = select(AgentRow.__table__).where(AgentRow.id == bindparam("id"))
+_SESSION_AGENT = select(SessionRow.agent_id).where(SessionRow.id == bindparam("id"))
+_SESSION_PAUSED = select(RunRow.id).where(
+    RunRow.session_id == bindparam("id"), RunRow.status == "awaiting_approval"
+)
 
 
 def _digest(key: str) -> str:
@@ -167,8 +175,8 @@ class Store:
 
     async def api_key_name(self, key: str) -> str | None:
         """The name the key was created with, or None if it is not a key of this server."""
-        named = select(ApiKeyRow.name).where(ApiKeyRow.digest == _digest(key))
-        return await self.db.read(lambda db: db.scalar(named))
+        digest = {"digest": _digest(key)}
+        return await self.db.read(lambda db: db.scalar(_KEY_NAME, digest))
 
     async def is_api_key(self, key: str) -> bool:
         return await self.api_key_name(key) is not None
@@ -200,8 +208,7 @@ class Store:
         return _stored_agent(row)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        agent = select(AgentRow.__table__).where(AgentRow.id == agent_id)
-        row = await self.db.read(lambda db: db.execute(agent).first())
+        row = await self.db.read(lambda db: db.execute(_AGENT, {"id": agent_id}).first())
         return None if row is None else _stored_agent(row)
 
     async def list_agents(self) -> list[StoredAgent]:
@@ -268,8 +275,7 @@ class Store:
 
     async def session_agent(self, session_id: str) -> str | None:
         """The agent a session belongs to, or None if there is no such session."""
-        owner = select(SessionRow.agent_id).where(SessionRow.id == session_id)
-        return await self.db.read(lambda db: db.scalar(owner))
+        return await self.db.read(lambda db: db.scalar(_SESSION_AGENT, {"id": session_id}))
 
     async def session_created_at(self, session_id: str) -> datetime | None:
         async with self.db.session() as db:
@@ -475,10 +481,8 @@ class Store:
 
     async def session_paused(self, session_id: str) -> bool:
         """Whether the session has a run waiting for approval (it takes no new message)."""
-        paused = select(RunRow.id).where(
-            RunRow.session_id == session_id, RunRow.status == "awaiting_approval"
-        )
-        return await self.db.read(lambda db: db.scalar(paused)) is not None
+        found = await self.db.read(lambda db: db.scalar(_SESSION_PAUSED, {"id": session_id}))
+        return found is not None
 
     async def mark_failed(self, run_id: str, error: str) -> None:
         """Just the status, when recording the whole outcome failed."""
