@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -368,9 +370,12 @@ async def test_a_run_of_this_process_it_no_longer_runs_is_ended_at_the_second_sw
         await store.close()
 
 
-async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
-    database_url: str,
-) -> None:
+@asynccontextmanager
+async def leased_run(
+    database_url: str, *, alone: bool
+) -> AsyncIterator[tuple[ProcessStore, Leases, list[object]]]:
+    """A process on leases of a second, running one run ("run_going"); the endings that
+    run has had."""
     store = await Store.open(database_url)
     processes = ProcessStore(store.db)
     endings: list[object] = []
@@ -381,70 +386,51 @@ async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
     try:
         async with Supervisor(RunLog()) as supervisor:
             leases = Leases(processes, supervisor, lease_seconds=1)
-            await leases.join("here", alone=False)
+            await leases.join("here", alone=alone)
             supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
-            await processes.forget_expired(time.time() + 60)  # another found its lease out
-            await leases.round()
-            assert endings == [Stopped("interrupted", INTERRUPTED)]
-            now = time.time()
-            assert await processes.renew(supervisor.process_id, now + 1, at=now), "on record"
+            yield processes, leases, endings
     finally:
         await store.close()
+
+
+async def renewable(processes: ProcessStore, process_id: str) -> bool:
+    now = time.time()
+    return await processes.renew(process_id, now + 1, at=now)
+
+
+async def run_out(processes: ProcessStore, process_id: str) -> None:
+    """Its lease, as if its last rounds came late (a busy or suspended machine)."""
+    past = time.time() - 10
+    assert await processes.renew(process_id, past, at=past)
+
+
+@pytest.mark.parametrize("swept", [True, False], ids=["swept", "not-yet-swept"])
+async def test_a_process_taken_for_dead_stops_its_runs_and_registers_again(
+    database_url: str, swept: bool
+) -> None:
+    """Not alone, it cannot know whether another ended its runs: it stops them, and is on
+    record again with a lease it can renew, whether or not its old row is still there."""
+    async with leased_run(database_url, alone=False) as (processes, leases, endings):
+        if swept:
+            await processes.forget_expired(time.time() + 60)  # another found its lease out
+        else:
+            await run_out(processes, leases.process_id)
+        await leases.round()
+        assert endings == [Stopped("interrupted", INTERRUPTED)]
+        assert await renewable(processes, leases.process_id), "on record"
 
 
 async def test_a_process_alone_on_its_database_keeps_its_runs_after_a_late_round(
     database_url: str,
 ) -> None:
-    """Its lease ran out (a busy or suspended machine) but no other process can have taken
-    it for dead: its runs go on and its lease is renewed."""
-    store = await Store.open(database_url)
-    processes = ProcessStore(store.db)
-    endings: list[object] = []
-
-    async def record(ending: object) -> None:
-        endings.append(ending)
-
-    try:
-        async with Supervisor(RunLog()) as supervisor:
-            leases = Leases(processes, supervisor, lease_seconds=1)
-            await leases.join("here", alone=True)
-            supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
-            past = time.time() - 10
-            assert await processes.renew(supervisor.process_id, past, at=past), "ran out"
-            await leases.round()
-            assert supervisor.get("run_going") is not None
-            assert endings == []
-            now = time.time()
-            assert await processes.renew(supervisor.process_id, now + 1, at=now), "renewed"
-    finally:
-        await store.close()
-
-
-async def test_a_process_whose_lease_ran_out_before_anyone_swept_it_registers_again(
-    database_url: str,
-) -> None:
-    """Not alone, it cannot know whether another ended its runs: it stops them, and is on
-    record again with a lease it can renew, though its old row was still there."""
-    store = await Store.open(database_url)
-    processes = ProcessStore(store.db)
-    endings: list[object] = []
-
-    async def record(ending: object) -> None:
-        endings.append(ending)
-
-    try:
-        async with Supervisor(RunLog()) as supervisor:
-            leases = Leases(processes, supervisor, lease_seconds=1)
-            await leases.join("here", alone=False)
-            supervisor.launch("run_going", anyio.sleep_forever, record, timeout=60)
-            past = time.time() - 10
-            assert await processes.renew(supervisor.process_id, past, at=past), "ran out"
-            await leases.round()
-            assert endings == [Stopped("interrupted", INTERRUPTED)]
-            now = time.time()
-            assert await processes.renew(supervisor.process_id, now + 1, at=now), "renewed"
-    finally:
-        await store.close()
+    """Its lease ran out, but no other process can have taken it for dead: its runs go on
+    and its lease is renewed."""
+    async with leased_run(database_url, alone=True) as (processes, leases, endings):
+        await run_out(processes, leases.process_id)
+        await leases.round()
+        assert leases.supervisor.get("run_going") is not None
+        assert endings == []
+        assert await renewable(processes, leases.process_id), "renewed"
 
 
 async def test_processes_creating_the_same_definitions_at_once_all_succeed(
