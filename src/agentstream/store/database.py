@@ -48,12 +48,12 @@ class Database:
         self._grouping = anyio.Lock()
         self._waiting: list[_Insert] = []
         self._file: Engine | None = None
-        """The same SQLite file through the standard library's driver, for ``transact``."""
+        """The same SQLite file through the standard library's driver, for ``read`` and
+        ``transact``."""
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
             url = engine.url.set(drivername="sqlite+pysqlite")
             self._file = create_engine(url, pool_reset_on_return=None)
             event.listen(self._file, "connect", sqlite_pragmas)
-        self._writer = anyio.CapacityLimiter(1)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -75,7 +75,7 @@ class Database:
         turn: AbstractAsyncContextManager[object] = self._turn or nullcontext()
         async with turn:
             if self._file is not None:
-                return await anyio.to_thread.run_sync(self._transact, work, limiter=self._writer)
+                return await anyio.to_thread.run_sync(self._transact, work)
             async with self.engine.begin() as connection:
                 return await connection.run_sync(work)
 
@@ -101,11 +101,9 @@ class Database:
         """``row`` inserted, or else the row already there with its key, locked until ``db``'s
         transaction ends; and whether ``row`` went in. A read-then-insert instead lets two
         processes that create the same thing at once both insert, and one of them fail."""
-        mapper = inspect(type(row))
-        given = inspect(row).dict
-        values = {a.key: given[a.key] for a in mapper.column_attrs if a.key in given}
-        inserted = await db.execute(self._insert(type(row)).values(values).on_conflict_do_nothing())
-        key = mapper.primary_key_from_instance(row)
+        statement = self._insert(type(row)).values(_values(row)).on_conflict_do_nothing()
+        inserted = await db.execute(statement)
+        key = inspect(type(row)).primary_key_from_instance(row)
         stored = await db.get_one(type(row), key, with_for_update=True, populate_existing=True)
         return stored, bool(inserted.rowcount)  # type: ignore[attr-defined]
 
@@ -165,11 +163,16 @@ def add(connection: Connection, rows: Iterable[Base]) -> None:
     are only ever inserted."""
     by_table: dict[type[Base], list[dict[str, Any]]] = {}
     for row in rows:
-        given = row.__dict__  # what was set, with the ORM's own state, which is no column
-        values = {name: given[name] for name in _columns(type(row)) if name in given}
-        by_table.setdefault(type(row), []).append(values)
+        by_table.setdefault(type(row), []).append(_values(row))
     for table, values_of_rows in by_table.items():
         connection.execute(insert(Base.metadata.tables[table.__tablename__]), values_of_rows)
+
+
+def _values(row: Base) -> dict[str, Any]:
+    """The columns set on a new ``row``, by name (its ``__dict__`` also holds the ORM's
+    state, which is no column)."""
+    given = row.__dict__
+    return {name: given[name] for name in _columns(type(row)) if name in given}
 
 
 @functools.cache
