@@ -19,24 +19,21 @@ from cluster_fixtures import events, posted, rest, until
 from fakes.test_app import COUNTED
 from processes import ServerProcess
 
-COUNTING = {
-    "id": "counting",
-    "blocks": [
-        {"id": "start", "type": "start"},
-        {"id": "count", "type": "agent", "agent": "counter", "input": "<start.input>"},
-    ],
-    "edges": [{"from": "start", "to": "count"}],
-}
+
+def one_agent_block(workflow_id: str, block_id: str, agent: str) -> dict[str, Any]:
+    """A workflow of one block running ``agent`` on the workflow's input."""
+    block = {"id": block_id, "type": "agent", "agent": agent, "input": "<start.input>"}
+    return {
+        "id": workflow_id,
+        "blocks": [{"id": "start", "type": "start"}, block],
+        "edges": [{"from": "start", "to": block_id}],
+    }
+
+
+COUNTING = one_agent_block("counting", "count", "counter")
 """Sixty tokens from an agent block, 50 ms apart: long enough to join halfway."""
 
-WAITING = {
-    "id": "waiting",
-    "blocks": [
-        {"id": "start", "type": "start"},
-        {"id": "wait", "type": "agent", "agent": "waiter", "input": "<start.input>"},
-    ],
-    "edges": [{"from": "start", "to": "wait"}],
-}
+WAITING = one_agent_block("waiting", "wait", "waiter")
 """An agent block whose tool waits 30 s."""
 
 COUNTED_TEXT = "".join(f"{n} " for n in range(1, COUNTED + 1))

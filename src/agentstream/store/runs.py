@@ -65,11 +65,19 @@ class RunStore:
         """Record the outcome with the last event (and an agent's exchange in its session):
         all or nothing. ``usage`` None keeps the counts the run has. A run that is no longer
         ``running`` (ended by another process) is left as it is."""
-        outcome: dict[str, Any] = {"run_id": run_id, "status": status, "error": error}
-        outcome |= {"content": content, "result": result, "finished_at": now()}
         counted = usage or Usage()
-        outcome |= {"input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens}
-        outcome |= {"cost_usd": counted.cost_usd, "keep_usage": usage is None}
+        outcome = {
+            "run_id": run_id,
+            "status": status,
+            "error": error,
+            "content": content,
+            "result": result,
+            "finished_at": now(),
+            "input_tokens": counted.input_tokens,
+            "output_tokens": counted.output_tokens,
+            "cost_usd": counted.cost_usd,
+            "keep_usage": usage is None,
+        }
         await self._db.transact(functools.partial(_finish, outcome, last_event, memory))
 
     async def mark_failed(self, run_id: str, error: str) -> None:
