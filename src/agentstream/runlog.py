@@ -75,7 +75,7 @@ class _Stream:
 
     def notify(self) -> None:
         for subscriber in self.subscribers:
-            subscriber.wake.set()
+            subscriber.wake()
 
 
 class LogSubscription:
@@ -84,7 +84,9 @@ class LogSubscription:
     def __init__(self, stream: _Stream, after: int) -> None:
         self._stream = stream
         self._cursor = min(max(after - stream.base, 0), len(stream.events))
-        self.wake = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        """What ``next_batch`` awaits while there is nothing new: a bare future, not an
+        ``asyncio.Event``, which is heavier to keep and to set, once per token."""
         self.starts_after = stream.base
         """Events up to this seq are not in the log (a continued run's earlier part)."""
 
@@ -101,11 +103,19 @@ class LogSubscription:
         """
         stream = self._stream
         while self._cursor >= len(stream.events) and not stream.closed:
-            self.wake.clear()
-            await self.wake.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         batch = stream.events[self._cursor :]
         self._cursor += len(batch)
         return batch
+
+    def wake(self) -> None:
+        """There is news: new events, or the end."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while batch := await self.next_batch():

@@ -9,6 +9,7 @@ is recorded like any other ending.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,6 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from agentstream.errors import ShuttingDown
@@ -75,26 +75,28 @@ class Supervisor:
         self.process_id = f"prc_{uuid.uuid4().hex}"
         """This process, as the owner of the runs it executes (leases)."""
         self._live: dict[str, LiveRun] = {}
-        self._group: TaskGroup | None = None
+        self._tasks: set[asyncio.Task[None]] | None = None
+        """The runs' tasks, while running: plain asyncio tasks, each lighter to keep than
+        one of a task group, which a live run would carry for its whole life."""
         self._draining = False
 
     async def __aenter__(self) -> Self:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
+        self._tasks = set()
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self._group is not None
+        assert self._tasks is not None
         await self.interrupt_all()
-        self._group.cancel_scope.cancel()
-        await self._group.__aexit__(kind, exc, tb)
-        self._group = None
+        tasks, self._tasks = self._tasks, None
+        for task in tasks:  # what did not end in the grace period
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def admit(self) -> None:
         """Before recording a new run: ``ShuttingDown`` if this process is draining."""
-        if self._group is None:
+        if self._tasks is None:
             raise RuntimeError("The supervisor is not running")
         if self._draining:
             raise ShuttingDown
@@ -132,7 +134,7 @@ class Supervisor:
         records the ending and publishes the run's terminal event. ``program`` turns its own
         failures into what it returns; one that escapes is logged, and ``finish`` gets an
         ``error`` ending."""
-        if self._group is None:
+        if self._tasks is None:
             raise RuntimeError("The supervisor is not running")
         live = self._live[run_id] = LiveRun(run_id)
 
@@ -158,7 +160,9 @@ class Supervisor:
                             del self._live[run_id]
                         live.done.set()
 
-        self._group.start_soon(run, name=run_id)
+        task = asyncio.create_task(run(), name=run_id)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return live
 
     async def followable(self, run_id: str) -> None:

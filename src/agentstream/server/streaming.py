@@ -6,10 +6,10 @@ us the client left; this response can. Headers follow what proxies need to not b
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -29,10 +29,11 @@ _KEEPALIVE = sse.comment("keepalive").encode()
 class EventStreamResponse(Response):
     """Send what ``next_chunk`` returns until it returns None.
 
-    Three tasks race: the stream, a keepalive ticker that sends a comment once the
-    stream has been silent for ``keepalive`` seconds, and a watcher of the client's
-    disconnect, which cancels the others and calls ``on_disconnect``. ``on_end`` is called
-    once the response is over, however it ended.
+    Beside the stream, one task watches the client: it sends a keepalive comment once the
+    stream has been silent for ``keepalive`` seconds, and on the client's disconnect it
+    cancels the stream and calls ``on_disconnect``. ``on_end`` is called once the response
+    is over, however it ended. Plain asyncio tasks: a task group per response costs a
+    live stream several tasks' worth of memory.
     """
 
     def __init__(
@@ -64,35 +65,49 @@ class EventStreamResponse(Response):
     async def _stream(self, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         self._last_sent = time.monotonic()
-        disconnected = False
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        client_left = False
 
-        async def watch_disconnect() -> None:
-            nonlocal disconnected
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            disconnected = True
-            group.cancel_scope.cancel()
+        def leave() -> None:
+            """The client disconnected: stop the stream where it waits, if it still does."""
+            nonlocal client_left
+            if not over:
+                client_left = True
+                streaming.cancel()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch_disconnect)
-            group.start_soon(self._keep_alive, send)
+        over = False
+        watcher = asyncio.create_task(self._watch(receive, send, leave))
+        try:
             while (chunk := await self._next_chunk()) is not None:
                 self._last_sent = time.monotonic()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            group.cancel_scope.cancel()
-
-        if disconnected:
+        except asyncio.CancelledError:
+            if not client_left or streaming.uncancel():  # also cancelled from outside
+                raise
             if self._on_disconnect is not None:
                 self._on_disconnect()
-        else:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        finally:
+            over = True
+            watcher.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _keep_alive(self, send: Send) -> None:
-        """One timer for the whole stream, not one per frame: frames are the hot path."""
+    async def _watch(self, receive: Receive, send: Send, leave: Callable[[], None]) -> None:
+        """Keepalives while the stream is silent, until the client disconnects: then
+        ``leave``. One timer for the whole stream, not one per frame: frames are the hot
+        path."""
         while True:
             silent_for = time.monotonic() - self._last_sent
             if silent_for >= self._keepalive:
                 self._last_sent = time.monotonic()
                 await send({"type": "http.response.body", "body": _KEEPALIVE, "more_body": True})
                 silent_for = 0.0
-            await anyio.sleep(self._keepalive - silent_for)
+            try:
+                async with asyncio.timeout(self._keepalive - silent_for):
+                    message = await receive()
+            except TimeoutError:
+                continue
+            if message["type"] == "http.disconnect":
+                leave()
+                return
