@@ -139,6 +139,16 @@ def test_a_bad_setting_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> No
     ]
 
 
+def test_a_cors_origin_with_a_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTSTREAM_CORS_ORIGINS", "https://app.example.com, https://x.io/app")
+    result = invoke("check")
+    assert result.exit_code == 1
+    assert problems(result) == [
+        "AGENTSTREAM_CORS_ORIGINS: Value error, 'https://x.io/app' is not an origin: write"
+        " scheme://host[:port], no path (got 'https://app.example.com, https://x.io/app')"
+    ]
+
+
 POSTGRES = "postgresql://postgres@127.0.0.1"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
     """Addresses or networks of the reverse proxies whose ``X-Forwarded-For`` and
     ``X-Forwarded-Proto`` are believed (comma-separated in the environment). Default: none,
     so the client address is the connection's, whatever a client claims."""
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Origins whose pages may call this server from a browser (comma-separated in the
+    environment: ``https://app.example.com,http://localhost:5173``, or ``*`` for any).
+    Default: none, and browsers refuse cross-origin calls."""
     data_dir: Path = Path(".agentstream")
     """Where the SQLite database and the demo key live."""
     database_url: str | None = None
@@ -110,6 +115,20 @@ class Settings(BaseSettings):
             value = [entry.strip() for entry in value.split(",") if entry.strip()]
         if isinstance(value, list):
             return [str(ip_network(str(entry), strict=False)) for entry in value]
+        return value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        """Each entry ``*`` or an origin as a browser sends it: ``scheme://host[:port]``."""
+        if isinstance(value, str):
+            value = [entry.strip() for entry in value.split(",") if entry.strip()]
+        if isinstance(value, list):
+            for entry in value:
+                if entry != "*" and not re.fullmatch(r"https?://[^/?#\s]+", str(entry)):
+                    raise ValueError(
+                        f"{entry!r} is not an origin: write scheme://host[:port], no path"
+                    )
         return value
 
     @field_validator("database_url")

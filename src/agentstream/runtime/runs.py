@@ -29,7 +29,7 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.providers.base import Model
+from agentstream.providers.base import Message, Model
 from agentstream.providers.registry import ModelRegistry
 from agentstream.runlog import LogSubscription
 from agentstream.runtime.agent import (
@@ -92,13 +92,16 @@ class RunManager:
         create_session: bool = False,
         reasoning: bool | None = None,
         entities: Mapping[str, StoredAgent] | None = None,
+        earlier: Sequence[Message] = (),
     ) -> StartedRun:
         """Record a new run and start it. Raises ``UserError`` before writing anything.
 
         ``session_id`` continues that conversation; with ``create_session`` a session of
         that id that does not exist yet is created (clients that name their conversations).
         ``entities`` pins an orchestration's entities (a deployment's); by default they are
-        the ones stored now.
+        the ones stored now. ``earlier``: the conversation so far, for a new session, from a
+        client that keeps it itself (the OpenAI-compatible API); the session stores only
+        this run's exchange.
         """
         self.supervisor.admit()
         spec = agent.spec
@@ -130,7 +133,7 @@ class RunManager:
             )
         claim = self._by_session[session_id] = _Claim()
         try:
-            history = [] if new_session else await self.store.history(session_id)
+            history = list(earlier) if new_session else await self.store.history(session_id)
             run_id = f"run_{uuid.uuid4().hex}"
             started = RunStarted(
                 run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id

@@ -10,6 +10,7 @@ from importlib.metadata import version
 
 import anyio
 from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 
 from agentstream.agents import AgentSpec
@@ -42,6 +43,7 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
 from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
+from agentstream.server.openai import router as openai_router
 from agentstream.server.openapi import document_errors
 from agentstream.server.pages import StaticAssets, page
 from agentstream.server.runs import router as runs_router
@@ -57,6 +59,15 @@ from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import SafeHttpClient, WorkflowEngine
 
 __all__ = ["check_config", "create_app"]
+
+EXPOSED_HEADERS = [
+    "X-Run-Id",
+    "X-Conversation-Id",
+    "X-Execution-Id",
+    "X-Sim-Stream-Protocol",
+    "Retry-After",
+]
+"""Response headers a page on another origin may read (``AGENTSTREAM_CORS_ORIGINS``)."""
 
 logger = logging.getLogger("agentstream")
 
@@ -179,6 +190,14 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=EXPOSED_HEADERS,
+        )
     app.add_middleware(
         BodyLimit,
         limit=settings.max_body_bytes,
@@ -194,6 +213,7 @@ def create_app(
     app.include_router(workflows_router)
     app.include_router(canvas_router)
     app.include_router(chat_router)
+    app.include_router(openai_router)
     app.mount("/static", StaticAssets(), name="static")
     install_api_docs(app)
     document_errors(app)

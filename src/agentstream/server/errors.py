@@ -1,4 +1,6 @@
-"""Every refusal is JSON that names the problem: ``{"error": {"code", "message", "field"}}``."""
+"""Every refusal is JSON that names the problem: ``{"error": {"code", "message", "field"}}``;
+under ``/v1/`` (the OpenAI-compatible API) in OpenAI's shape, ``{"error": {"message",
+"type", "param", "code"}}``, which its official clients read into their exceptions."""
 
 from __future__ import annotations
 
@@ -22,12 +24,27 @@ logger = logging.getLogger(__name__)
 __all__ = ["BodyLimit", "error_response", "install_error_handlers"]
 
 
+OPENAI_PATHS = "/v1/"
+
+
 def error_response(
-    status: int, code: str, message: str, *, field: str | None = None, details: Any = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    details: Any = None,
+    path: str = "",
 ) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message, "field": field}
-    if details is not None:
-        body["details"] = details
+    """The refusal of a request to ``path``."""
+    body: dict[str, Any]
+    if path.startswith(OPENAI_PATHS):
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        body = {"message": message, "type": kind, "param": field, "code": code}
+    else:
+        body = {"code": code, "message": message, "field": field}
+        if details is not None:
+            body["details"] = details
     return JSONResponse({"error": body}, status_code=status)
 
 
@@ -36,12 +53,16 @@ def _field(location: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [{"field": _field(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
     if any(e["type"] == "json_invalid" for e in exc.errors()):
         return error_response(
-            400, "invalid_json", "The request body is not valid JSON", field="body"
+            400,
+            "invalid_json",
+            "The request body is not valid JSON",
+            field="body",
+            path=request.url.path,
         )
     first = details[0]
     return error_response(
@@ -50,40 +71,51 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
         f"{first['field']}: {first['message']}",
         field=first["field"],
         details=details,
+        path=request.url.path,
     )
 
 
-async def _user_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _user_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UserError)
     details = (
         [issue.as_dict() for issue in exc.issues] if isinstance(exc, WorkflowInvalid) else None
     )
     response = error_response(
-        exc.status_code, exc.code, exc.message, field=exc.field, details=details
+        exc.status_code,
+        exc.code,
+        exc.message,
+        field=exc.field,
+        details=details,
+        path=request.url.path,
     )
     response.headers.update(exc.headers)
     return response
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    path = request.url.path
     if isinstance(exc.__cause__, RecursionError):  # JSON too deep for the parser itself
-        return error_response(422, "invalid_request", f"body: {TOO_DEEP}", field="body")
+        return error_response(422, "invalid_request", f"body: {TOO_DEEP}", field="body", path=path)
     if exc.status_code == 400:  # the framework could not decode the body (e.g. not UTF-8)
         return error_response(
-            400, "invalid_body", f"{exc.detail}: send a UTF-8 encoded JSON object", field="body"
+            400,
+            "invalid_body",
+            f"{exc.detail}: send a UTF-8 encoded JSON object",
+            field="body",
+            path=path,
         )
     if exc.status_code == 413:
-        return error_response(413, "body_too_large", str(exc.detail), field="body")
+        return error_response(413, "body_too_large", str(exc.detail), field="body", path=path)
     codes = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
     response = error_response(
-        exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)
+        exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail), path=path
     )
     response.headers.update(exc.headers or {})
     return response
 
 
-async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """The database cannot be reached (down, restarting, failing over, gone): say so, and
     when to try again. Any other database error is ours: a JSON 500. (A refused connection
     comes from the driver as it is, not wrapped.)"""
@@ -97,9 +129,16 @@ async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
     )
     if not away:
         logger.error("Database error", exc_info=exc)
-        return error_response(500, "internal_error", "Internal error; the server log has it")
+        return error_response(
+            500, "internal_error", "Internal error; the server log has it", path=request.url.path
+        )
     logger.error("The database is unavailable: %s", exc)
-    response = error_response(503, "unavailable", "The database is unavailable; try again shortly")
+    response = error_response(
+        503,
+        "unavailable",
+        "The database is unavailable; try again shortly",
+        path=request.url.path,
+    )
     response.headers["Retry-After"] = "5"
     return response
 
@@ -135,7 +174,11 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             response = error_response(
-                413, "body_too_large", f"The request body exceeds {limit} bytes", field="body"
+                413,
+                "body_too_large",
+                f"The request body exceeds {limit} bytes",
+                field="body",
+                path=scope["path"],
             )
             await response(scope, receive, send)
             return
