@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import sqlite3
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -78,6 +80,45 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
             **overrides,
         }
     )
+
+
+JS = Path(__file__).parent / "js"
+"""The official JavaScript clients the tests drive (``package.json`` and its lock file)."""
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """Node.js, with the packages of ``tests/js`` installed from the npm registry by the
+    lock file (``npm ci``, once, again when the lock file changes)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        message = "Node.js 20+ and npm are needed to test with the official JavaScript clients"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    installed = JS / "node_modules" / ".package-lock.json"
+    lock = JS / "package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=JS,
+            check=True,
+            timeout=300,
+        )
+    return node
+
+
+def run_node(node: str, script: str, args: dict[str, Any]) -> Any:
+    """Run ``tests/js/<script>`` with ``args`` (JSON) and read what it prints (JSON)."""
+    done = subprocess.run(
+        [node, str(JS / script), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.fixture

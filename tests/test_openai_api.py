@@ -212,8 +212,8 @@ def test_bad_requests_name_the_parameter(
 ) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as refused:
         client.chat.completions.create(**request_)
-    assert refused.value.body["param"] == param
-    assert refused.value.body["type"] == "invalid_request_error"
+    assert error_body(refused.value)["param"] == param
+    assert error_body(refused.value)["type"] == "invalid_request_error"
 
 
 def test_a_wrong_key_is_an_authentication_error(live: LiveServer) -> None:
@@ -222,6 +222,16 @@ def test_a_wrong_key_is_an_authentication_error(live: LiveServer) -> None:
         pytest.raises(openai.AuthenticationError),
     ):
         client.models.list()
+
+
+def events_of(stream: Any) -> list[Any]:
+    """A stream's events, read whole (as ``Any``: the client types them as a union)."""
+    return list(stream)
+
+
+def error_body(error: openai.APIStatusError) -> dict[str, Any]:
+    body: dict[str, Any] = error.body  # type: ignore[assignment]
+    return body
 
 
 def well_formed(events: list[Any]) -> None:
@@ -248,7 +258,7 @@ def typed(live: LiveServer, method: str, path: str, **kwargs: Any) -> list[Any]:
 def test_a_streamed_response_shows_reasoning_tools_and_text(
     live: LiveServer, client: openai.OpenAI
 ) -> None:
-    events = list(client.responses.create(model="demo", input="What is 17 * 23?", stream=True))
+    events = events_of(client.responses.create(model="demo", input="What is 17 * 23?", stream=True))
     well_formed(events)
     response = events[-1].response
     run = native_run(live, response.id)
@@ -291,13 +301,13 @@ def test_a_response_without_stream_is_the_whole_response(
 def test_a_background_response_is_followed_from_after_an_event(client: openai.OpenAI) -> None:
     started = client.responses.create(model="counter", input="count", background=True)
     assert (started.status, started.background) == ("in_progress", True)
-    seen = []
+    seen: list[Any] = []
     with client.responses.retrieve(started.id, stream=True) as stream:
         for event in stream:
             seen.append(event)
             if len(seen) == 40:
                 break
-    rest = list(
+    rest = events_of(
         client.responses.retrieve(started.id, stream=True, starting_after=seen[-1].sequence_number)
     )
     assert rest[0].sequence_number > seen[-1].sequence_number
@@ -327,11 +337,11 @@ def test_previous_response_id_continues_the_conversation(
     assert native_run(live, second.id)["session_id"] == native_run(live, first.id)["session_id"]
     with pytest.raises(openai.NotFoundError) as unknown:
         client.responses.create(model="demo", input="hi", previous_response_id="run_nope")
-    assert unknown.value.body["param"] == "previous_response_id"
+    assert error_body(unknown.value)["param"] == "previous_response_id"
 
 
 def test_a_failed_response_says_so(client: openai.OpenAI) -> None:
-    events = list(client.responses.create(model="broken", input="hi", stream=True))
+    events = events_of(client.responses.create(model="broken", input="hi", stream=True))
     well_formed(events)
     assert events[-1].type == "response.failed"
     assert events[-1].response.status == "failed"
@@ -341,7 +351,9 @@ def test_a_failed_response_says_so(client: openai.OpenAI) -> None:
 def test_a_call_waiting_for_approval_is_an_approval_request(
     live: LiveServer, client: openai.OpenAI
 ) -> None:
-    paused = list(client.responses.create(model="guarded", input="What is 6 * 7?", stream=True))
+    paused = events_of(
+        client.responses.create(model="guarded", input="What is 6 * 7?", stream=True)
+    )
     request = paused[-1].item
     assert (paused[-1].type, request.type) == ("response.output_item.done", "mcp_approval_request")
     assert (request.name, request.arguments) == ("calculator", '{"expression": "6 * 7"}')
@@ -354,7 +366,7 @@ def test_a_call_waiting_for_approval_is_an_approval_request(
             f"/api/agents/runs/{response_id}/approve", json={"tool_call_id": call_id}
         )
     assert approved.status_code == 200
-    rest = list(
+    rest = events_of(
         client.responses.retrieve(
             response_id, stream=True, starting_after=paused[-1].sequence_number
         )

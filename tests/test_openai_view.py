@@ -4,88 +4,14 @@ client reassembles is the run's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentstream.events import (
-    STEP_SEPARATOR,
-    BaseEvent,
-    Event,
-    Reasoning,
-    ReasoningDelta,
-    RunCompleted,
-    RunFailed,
-    RunStarted,
-    StepCompleted,
-    StepStarted,
-    Text,
-    TextDelta,
-    TextRetracted,
-    ToolCall,
-    ToolResult,
-    Usage,
-)
+from agent_runs import Run, agent_runs
+from agentstream.events import Event
 from agentstream.views.openai import NUMBERS_PER_EVENT, ChatCompletionChunks, ResponseEvents
-
-pieces = st.lists(st.text(min_size=1, max_size=5), max_size=4)
-
-
-@dataclass
-class Run:
-    """A run's events, live (with deltas) and as stored; the answer and every step's text."""
-
-    live: list[Event]
-    stored: list[Event]
-    answer: str | None
-    shown: str
-    """All steps' text as streamed, with separators."""
-
-
-@st.composite
-def agent_runs(draw: st.DrawFn) -> Run:
-    events: list[Any] = []
-
-    def emit(kind: type[BaseEvent], **fields: Any) -> None:
-        events.append(kind(run_id="run_1", seq=len(events) + 1, ts=1.0, **fields))
-
-    emit(RunStarted, agent_id="a", session_id="s")
-    steps = draw(st.integers(1, 3))
-    shown = ""
-    answer = None
-    fails_at = draw(st.none() | st.integers(1, steps))
-    for step in range(1, steps + 1):
-        emit(StepStarted, step=step)
-        if thinking := draw(pieces):
-            for delta in thinking:
-                emit(ReasoningDelta, step=step, delta=delta)
-            emit(Reasoning, step=step, text="".join(thinking))
-        text = draw(pieces)
-        for i, delta in enumerate(text):
-            separator = STEP_SEPARATOR if shown and i == 0 else ""
-            emit(TextDelta, step=step, delta=delta, separator=separator)
-            shown += separator + delta
-        if step == fails_at:
-            emit(RunFailed, status=draw(st.sampled_from(["error", "cancelled"])), message="no")
-            break
-        if step < steps:  # a turn of tool calls
-            if text:
-                emit(TextRetracted, step=step, text="".join(text))
-            for call in range(draw(st.integers(1, 2))):
-                call_id = f"c{step}_{call}"
-                emit(ToolCall, step=step, call_id=call_id, tool_name="t", arguments={"x": call})
-                status = draw(st.sampled_from(["success", "error"]))
-                emit(ToolResult, step=step, call_id=call_id, tool_name="t", status=status, result=1)
-        else:
-            answer = "".join(text)
-            emit(Text, step=step, text=answer)
-        emit(StepCompleted, step=step)
-    else:
-        emit(RunCompleted, content=answer or "", usage=Usage(input_tokens=3, output_tokens=4))
-    stored = [e for e in events if e.persisted]
-    return Run(events, stored, answer, shown)
 
 
 def responses(events: list[Event]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -101,11 +27,15 @@ def test_response_events_are_well_formed(run: Run) -> None:
     assert numbers[0] == 0
     assert [f["type"] for f in frames[:2]] == ["response.created", "response.in_progress"]
     ends = [f for f in frames if f["type"] in ("response.completed", "response.failed")]
-    assert ends == [frames[-1]]
+    assert ends == ([] if run.paused else [frames[-1]])
     added = [f["item"]["id"] for f in frames if f["type"] == "response.output_item.added"]
     done = [f["item"]["id"] for f in frames if f["type"] == "response.output_item.done"]
     assert added == sorted(set(added), key=added.index)  # each item once
-    assert sorted(added) == sorted(done)
+    open_ = set(added) - set(done)
+    assert set(done) <= set(added)
+    # Paused, only the calls waiting for a decision are open, and each has its request.
+    last: Any = run.live[-1]
+    assert open_ == ({f"mcp_{i}" for i in last.awaiting} if run.paused else set())
     assert [item["id"] for item in response["output"]] == added
     for item in response["output"]:
         deltas = "".join(
@@ -138,6 +68,10 @@ def test_a_response_s_answer_is_the_run_s(run: Run) -> None:
         assert live["status"] == "completed"
         if run.answer:
             assert messages[-1]["content"][0]["text"] == run.answer
+            assert messages[-1]["phase"] == "final_answer"
+    elif run.paused:
+        assert live["status"] == "in_progress"
+        assert live["output"][-1]["type"] == "mcp_approval_request"
     else:
         assert live["status"] in ("failed", "cancelled")
     # Read back from the store (no deltas), a completed response has the same output.
@@ -168,3 +102,6 @@ def test_chat_chunks_reassemble_the_streamed_text(run: Run) -> None:
     else:
         assert (finishes, len(errors)) == ([], 1)
         assert frames[-1] is errors[0]
+        last: Any = run.live[-1]
+        code = "approval_required" if run.paused else last.status
+        assert errors[0]["error"]["code"] == code

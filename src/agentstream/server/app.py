@@ -49,6 +49,7 @@ from agentstream.server.pages import StaticAssets, page
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
+from agentstream.server.ui_messages import router as ui_messages_router
 from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
@@ -214,6 +215,7 @@ def create_app(
     app.include_router(canvas_router)
     app.include_router(chat_router)
     app.include_router(openai_router)
+    app.include_router(ui_messages_router)
     app.mount("/static", StaticAssets(), name="static")
     install_api_docs(app)
     document_errors(app)
