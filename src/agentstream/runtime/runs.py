@@ -93,6 +93,7 @@ class RunManager:
         reasoning: bool | None = None,
         entities: Mapping[str, StoredAgent] | None = None,
         earlier: Sequence[Message] = (),
+        run_id: str | None = None,
     ) -> StartedRun:
         """Record a new run and start it. Raises ``UserError`` before writing anything.
 
@@ -101,7 +102,8 @@ class RunManager:
         ``entities`` pins an orchestration's entities (a deployment's); by default they are
         the ones stored now. ``earlier``: the conversation so far, for a new session, from a
         client that keeps it itself (the OpenAI-compatible API); the session stores only
-        this run's exchange.
+        this run's exchange. ``run_id``: the id a client chose (AG-UI's), free; by default a
+        new one.
         """
         self.supervisor.admit()
         spec = agent.spec
@@ -134,7 +136,7 @@ class RunManager:
         claim = self._by_session[session_id] = _Claim()
         try:
             history = list(earlier) if new_session else await self.store.history(session_id)
-            run_id = f"run_{uuid.uuid4().hex}"
+            run_id = run_id or f"run_{uuid.uuid4().hex}"
             started = RunStarted(
                 run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id
             )

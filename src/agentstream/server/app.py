@@ -32,6 +32,7 @@ from agentstream.runtime.leases import Leases
 from agentstream.runtime.runs import RunManager
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.runtime.tools import Tool, ToolRegistry
+from agentstream.server.ag_ui import router as ag_ui_router
 from agentstream.server.agents import router as agents_router
 from agentstream.server.api_docs import install_api_docs
 from agentstream.server.canvas import router as canvas_router
@@ -216,6 +217,7 @@ def create_app(
     app.include_router(chat_router)
     app.include_router(openai_router)
     app.include_router(ui_messages_router)
+    app.include_router(ag_ui_router)
     app.mount("/static", StaticAssets(), name="static")
     install_api_docs(app)
     document_errors(app)

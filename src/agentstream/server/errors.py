@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -127,6 +127,13 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
             or exc.statement is None  # failed to connect at all
         )
     )
+    if isinstance(exc, IntegrityError):  # two requests created the same thing at once
+        return error_response(
+            409,
+            "conflict",
+            "It was created at the same time by another request; try again",
+            path=request.url.path,
+        )
     if not away:
         logger.error("Database error", exc_info=exc)
         return error_response(

@@ -94,6 +94,11 @@ class RunStore:
         async with self._db.session() as db:
             return await db.scalar(select(RunRow).where(RunRow.id == run_id, RunRow.kind == kind))
 
+    async def exists(self, run_id: str) -> bool:
+        """Whether a run of either kind has this id."""
+        async with self._db.session() as db:
+            return await db.scalar(select(RunRow.id).where(RunRow.id == run_id)) is not None
+
     async def events(self, run_id: str) -> list[Event]:
         """The run's persisted events, in seq order."""
         async with self._db.session() as db:

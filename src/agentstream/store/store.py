@@ -384,6 +384,10 @@ class Store:
         row = await self.runs.get(run_id, "agent")
         return None if row is None else _run_record(row)
 
+    async def run_exists(self, run_id: str) -> bool:
+        """Whether any run, an agent run or a workflow execution, has this id."""
+        return await self.runs.exists(run_id)
+
     async def run_events(self, run_id: str) -> list[Event]:
         return await self.runs.events(run_id)
 

@@ -1,0 +1,207 @@
+"""AG-UI (the Agent User Interaction protocol, 1.0) as a view of an agent run: the events
+CopilotKit's ``HttpAgent`` reads, camelCase, one ``data:`` frame each.
+
+One AG-UI run is the agentstream run (or, after a pause for approvals, its continuation);
+its thread is the run's session. A step is ``STEP_STARTED``/``STEP_FINISHED`` named
+``step N``, and a delegation to another agent a step named ``delegate:<agent>``. Each
+step's text is an assistant message of its own (``TEXT_MESSAGE_*``), so the text a model
+writes before calling tools is a message before the calls, as AG-UI models it. Reasoning
+is a reasoning message inside ``REASONING_START``/``REASONING_END``. Tool calls ran on the
+server: start, the arguments whole, end, and ``TOOL_CALL_RESULT``. A run that stops for
+approvals finishes with an ``interrupt`` outcome, one interrupt per call, whose id is the
+call's; a cancelled run finishes ``cancelled``; a failed one is ``RUN_ERROR``. Citations
+of ``knowledge_search`` are a ``CUSTOM`` event named ``context_handler``. A run read back
+from the store has no deltas: a settled text comes as one delta.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentstream.events import (
+    ApprovalRequested,
+    ContextHandlerCreated,
+    DelegationCompleted,
+    DelegationStarted,
+    Event,
+    Reasoning,
+    ReasoningDelta,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+    TextRetracted,
+    ToolCall,
+    ToolResult,
+)
+
+__all__ = ["APPROVAL", "AGUIEvents"]
+
+Frame = dict[str, Any]
+
+APPROVAL = "tool_approval"
+"""The ``reason`` of an interrupt that asks a person to approve a tool call."""
+
+
+@dataclass(slots=True)
+class AGUIEvents:
+    """The AG-UI events of one agentstream run on the thread ``thread_id``. Fed the run
+    from its first event; only the events after ``after`` go out, after a
+    ``RUN_STARTED`` (a run continued once its approvals are decided)."""
+
+    thread_id: str
+    run_id: str
+    after: int = 0
+    _open: dict[str, str] = field(default_factory=dict)
+    """The messages begun and not ended: their id, by ``text`` or ``reasoning``."""
+    _step: str | None = None
+    _asked: list[Frame] = field(default_factory=list)
+    """The interrupts of the pause to come."""
+    _started: bool = False
+
+    def __call__(self, event: Event) -> Iterator[Frame]:
+        frames = list(self._frames(event))
+        if event.seq <= self.after:
+            return
+        if not self._started:
+            self._started = True
+            if not isinstance(event, RunStarted):
+                yield self._run_started()
+        yield from frames
+
+    def _run_started(self) -> Frame:
+        return {"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}
+
+    def _frames(self, event: Event) -> Iterator[Frame]:
+        match event:
+            case RunStarted():
+                yield self._run_started()
+            case StepStarted(step=step):
+                yield from self._start_step(f"step {step}")
+            case DelegationStarted(entity=entity):
+                yield from self._start_step(f"delegate:{entity}")
+            case StepCompleted() | DelegationCompleted():
+                yield from self._end_step()
+            case ReasoningDelta(seq=seq, delta=delta):
+                yield from self._grow("reasoning", seq, delta)
+            case Reasoning(seq=seq, text=text):
+                if "reasoning" not in self._open:  # read back: no deltas
+                    yield from self._grow("reasoning", seq, text)
+                yield from self._end("reasoning")
+            case TextDelta(seq=seq, delta=delta):
+                yield from self._end("reasoning")  # reasoning streamed after the text began
+                yield from self._grow("text", seq, delta)
+            case Text(seq=seq, text=text) | TextRetracted(seq=seq, text=text):
+                if "text" not in self._open:
+                    yield from self._grow("text", seq, text)
+                yield from self._end("text")
+            case ToolCall(call_id=call_id, tool_name=name, arguments=arguments):
+                yield from self._end_messages()
+                yield {"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name}
+                yield {
+                    "type": "TOOL_CALL_ARGS",
+                    "toolCallId": call_id,
+                    "delta": json.dumps(arguments),
+                }
+                yield {"type": "TOOL_CALL_END", "toolCallId": call_id}
+            case ToolResult(seq=seq, call_id=call_id, result=result):
+                yield {
+                    "type": "TOOL_CALL_RESULT",
+                    "messageId": f"result_{self.run_id}_{seq}",
+                    "toolCallId": call_id,
+                    "content": result if isinstance(result, str) else json.dumps(result),
+                    "role": "tool",
+                }
+            case ApprovalRequested(call_id=call_id, tool_name=name, tool_input=arguments):
+                self._asked.append(
+                    {
+                        "id": call_id,
+                        "reason": APPROVAL,
+                        "message": f"Approve the call to {name} with {json.dumps(arguments)}?",
+                        "toolCallId": call_id,
+                    }
+                )
+            case ContextHandlerCreated(call_id=call_id, context_handler_id=handler_id):
+                yield {
+                    "type": "CUSTOM",
+                    "name": "context_handler",
+                    "value": {
+                        "toolCallId": call_id,
+                        "contextHandlerId": handler_id,
+                        "url": f"/api/context-handlers/{handler_id}",
+                    },
+                }
+            case RunPaused():
+                yield from self._finish({"type": "interrupt", "interrupts": self._asked})
+            case RunCompleted(usage=usage):
+                counted = {
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "totalTokens": usage.total_tokens,
+                }
+                yield from self._finish({"type": "success"}, usage=[counted])
+            case RunFailed(status="cancelled"):
+                yield from self._finish({"type": "cancelled"})
+            case RunFailed(status=status, message=message):
+                yield from self._end_messages()
+                yield from self._end_step()
+                yield {"type": "RUN_ERROR", "message": message, "code": status}
+
+    def _start_step(self, name: str) -> Iterator[Frame]:
+        yield from self._end_step()
+        self._step = name
+        yield {"type": "STEP_STARTED", "stepName": name}
+
+    def _end_step(self) -> Iterator[Frame]:
+        yield from self._end_messages()
+        if self._step is not None:
+            yield {"type": "STEP_FINISHED", "stepName": self._step}
+            self._step = None
+
+    def _finish(self, outcome: Frame, **more: Any) -> Iterator[Frame]:
+        yield from self._end_step()
+        yield {
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "outcome": outcome,
+            **more,
+        }
+
+    def _grow(self, kind: str, seq: int, delta: str) -> Iterator[Frame]:
+        """A delta of the open message of ``kind``, which begins (named by the seq of its
+        first event) if none is open. AG-UI refuses empty deltas."""
+        if kind not in self._open:
+            message_id = self._open[kind] = f"{kind}_{self.run_id}_{seq}"
+            if kind == "reasoning":
+                yield {"type": "REASONING_START", "messageId": message_id}
+                yield {
+                    "type": "REASONING_MESSAGE_START",
+                    "messageId": message_id,
+                    "role": "reasoning",
+                }
+            else:
+                yield {"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}
+        if delta:
+            kind_ = "REASONING_MESSAGE_CONTENT" if kind == "reasoning" else "TEXT_MESSAGE_CONTENT"
+            yield {"type": kind_, "messageId": self._open[kind], "delta": delta}
+
+    def _end(self, kind: str) -> Iterator[Frame]:
+        if (message_id := self._open.pop(kind, None)) is None:
+            return
+        if kind == "reasoning":
+            yield {"type": "REASONING_MESSAGE_END", "messageId": message_id}
+            yield {"type": "REASONING_END", "messageId": message_id}
+        else:
+            yield {"type": "TEXT_MESSAGE_END", "messageId": message_id}
+
+    def _end_messages(self) -> Iterator[Frame]:
+        yield from self._end("reasoning")
+        yield from self._end("text")
