@@ -7,13 +7,20 @@ the client stamps each read, and the baseline stamps its frames the same way, so
 difference is what the run log, views, encoder and response add to every token. Both
 servers run in their own process, up at once, requests alternating between them so that
 drift in the machine's load hits both alike.
+
+The protocol views: the same 10,000 tokens (the ``words`` agent) through the native view
+and through each protocol other clients speak (OpenAI chat completions and responses, the
+AI SDK's UI message stream, AG-UI), alternating, as tokens per second against the native
+view's.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,41 @@ TOKENS = 10_000
 REPEATS = 9
 CLOCK_TOKENS = 1_000
 CLOCK_REPEATS = 3
+WORDS = f"Write {TOKENS} words"
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": text}]}]
+
+
+VIEWS: dict[str, tuple[str, Any]] = {
+    "native": ("/api/agents/words/run/stream", lambda: {"message": WORDS}),
+    "openai chat completions": (
+        "/v1/chat/completions",
+        lambda: {
+            "model": "words",
+            "messages": [{"role": "user", "content": WORDS}],
+            "stream": True,
+        },
+    ),
+    "openai responses": (
+        "/v1/responses",
+        lambda: {"model": "words", "input": WORDS, "stream": True},
+    ),
+    "ai sdk ui messages": (
+        "/api/agents/words/ui-messages",
+        lambda: {"id": uuid.uuid4().hex[:16], "messages": _user(WORDS)},
+    ),
+    "ag-ui": (
+        "/api/agents/words/ag-ui",
+        lambda: {
+            "threadId": str(uuid.uuid4()),
+            "runId": str(uuid.uuid4()),
+            "messages": [{"id": "m1", "role": "user", "content": WORDS}],
+        },
+    ),
+}
+"""Each view's path and request body (a new one each time: a new conversation)."""
 
 
 def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
@@ -56,6 +98,7 @@ def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
                 timing = post_stream(ours.port, "/api/agents/clock/run/stream", clock, key)
                 ours_latency += clock_latencies(timing)
                 base_latency += clock_latencies(post_stream(base.port, "/paced", base_clock, {}))
+        views = _views(ours.port, key, repeats)
 
     deltas = len(re.findall(rb'"event":"content_delta"', dechunk(runs[-1].body)))
     assert deltas == TOKENS, f"expected {TOKENS} content_delta frames, got {deltas}"
@@ -82,6 +125,24 @@ def measure(quick: bool = False, source: Path | None = None) -> dict[str, Any]:
         "baseline_latency_p99_ms": ms(base_latency, 0.99),
         "added_latency_p50_ms": round(ms(ours_latency, 0.5) - ms(base_latency, 0.5), 3),
         "added_latency_p99_ms": round(ms(ours_latency, 0.99) - ms(base_latency, 0.99), 3),
+        "views": views,
+    }
+
+
+def _views(port: int, key: dict[str, str], repeats: int) -> dict[str, dict[str, float]]:
+    """Tokens per second through each view, median of ``repeats`` alternating rounds, with
+    the ratio to the native view's."""
+    seconds: dict[str, list[float]] = {name: [] for name in VIEWS}
+    for round_ in range(repeats + 1):  # the first round warms each view up
+        for name, (path, body) in VIEWS.items():
+            timing = post_stream(port, path, json.dumps(body()).encode(), key)
+            assert timing.body.count(b"word") >= TOKENS, f"{name} streamed too little"
+            if round_:
+                seconds[name].append(timing.total)
+    per_s = {name: TOKENS / statistics.median(times) for name, times in seconds.items()}
+    return {
+        name: {"tokens_per_s": round(rate), "ratio": round(rate / per_s["native"], 2)}
+        for name, rate in per_s.items()
     }
 
 
@@ -111,12 +172,39 @@ def _summary(r: dict[str, Any]) -> str:
     )
 
 
+VIEWS_HEADER = ("view", "tokens/s", "ratio to native")
+VIEWS_SUMMARY = (
+    "The same 10,000 tokens (the `words` agent) through each view, median of the alternating "
+    "rounds:"
+)
+
+
+def _view_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
+    return [
+        (name, f"{v['tokens_per_s']:,}", f"{v['ratio']}x") for name, v in result["views"].items()
+    ]
+
+
 def report(result: dict[str, Any]) -> str:
-    return "\n".join([_summary(result), text_table(HEADER, _rows(result))])
+    return "\n".join(
+        [
+            _summary(result),
+            text_table(HEADER, _rows(result)),
+            VIEWS_SUMMARY,
+            text_table(VIEWS_HEADER, _view_rows(result)),
+        ]
+    )
 
 
 def markdown(result: dict[str, Any]) -> str:
-    return "\n\n".join([_summary(result), markdown_table(HEADER, _rows(result))])
+    return "\n\n".join(
+        [
+            _summary(result),
+            markdown_table(HEADER, _rows(result)),
+            VIEWS_SUMMARY,
+            markdown_table(VIEWS_HEADER, _view_rows(result)),
+        ]
+    )
 
 
 if __name__ == "__main__":
