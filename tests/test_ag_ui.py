@@ -78,6 +78,23 @@ def test_a_tool_using_run_with_reasoning(node: str, live: LiveServer) -> None:
     assert "\n\n".join(reasoning) == stored["reasoning"]
 
 
+def test_delegations_are_steps_inside_the_agent_s_step(node: str, live: LiveServer) -> None:
+    read = drive(node, live, "team", {"message": "What is 6 * 7 and what time is it?"})
+    (run,) = read["runs"]
+    assert run["error"] is None
+    steps = [e["stepName"] for e in run["events"] if e["type"] == "STEP_STARTED"]
+    delegations = [name for name in steps if name.startswith("delegate:")]
+    assert {name.split(":")[1] for name in delegations} == {"mathematician", "timekeeper"}
+    said = "".join(
+        e["value"]["delta"]
+        for e in run["events"]
+        if e["type"] == "CUSTOM" and e["name"] == "entity_text"
+    )
+    stored = native_run(live, run["events"][0]["runId"])
+    finished = [f for f in stored["events"] if f["event"] == "delegation_complete"]
+    assert all(f["content"] in said for f in finished)
+
+
 def test_a_taken_run_id_gets_a_new_one(node: str, live: LiveServer) -> None:
     first = drive(node, live, "demo", {"message": "Write 2 words", "runId": "taken-once"})
     second = drive(node, live, "demo", {"message": "Write 2 words", "runId": "taken-once"})

@@ -3,15 +3,17 @@ CopilotKit's ``HttpAgent`` reads, camelCase, one ``data:`` frame each.
 
 One AG-UI run is the agentstream run (or, after a pause for approvals, its continuation);
 its thread is the run's session. A step is ``STEP_STARTED``/``STEP_FINISHED`` named
-``step N``, and a delegation to another agent a step named ``delegate:<agent>``. Each
-step's text is an assistant message of its own (``TEXT_MESSAGE_*``), so the text a model
-writes before calling tools is a message before the calls, as AG-UI models it. Reasoning
-is a reasoning message inside ``REASONING_START``/``REASONING_END``. Tool calls ran on the
-server: start, the arguments whole, end, and ``TOOL_CALL_RESULT``. A run that stops for
-approvals finishes with an ``interrupt`` outcome, one interrupt per call, whose id is the
-call's; a cancelled run finishes ``cancelled``; a failed one is ``RUN_ERROR``. Citations
-of ``knowledge_search`` are a ``CUSTOM`` event named ``context_handler``. A run read back
-from the store has no deltas: a settled text comes as one delta.
+``step N``; a delegation to another agent is a step inside it named
+``delegate:<agent>:<its run id>``, and the delegated agent's text ``CUSTOM`` events named
+``entity_text``. Each step's text is an assistant message of its own (``TEXT_MESSAGE_*``),
+so the text a model writes before calling tools is a message before the calls, as AG-UI
+models it. Reasoning is a reasoning message inside ``REASONING_START``/``REASONING_END``.
+Tool calls ran on the server: start, the arguments whole, end, and ``TOOL_CALL_RESULT``.
+A run that stops for approvals finishes with an ``interrupt`` outcome, one interrupt per
+call, whose id is the call's; a cancelled run finishes ``cancelled``; a failed one is
+``RUN_ERROR``. Citations of ``knowledge_search`` are a ``CUSTOM`` event named
+``context_handler``. A run read back from the store has no deltas: a settled text comes
+as one delta.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from agentstream.events import (
     ContextHandlerCreated,
     DelegationCompleted,
     DelegationStarted,
+    EntityChunk,
+    EntityText,
     Event,
     Reasoning,
     ReasoningDelta,
@@ -61,7 +65,10 @@ class AGUIEvents:
     after: int = 0
     _open: dict[str, str] = field(default_factory=dict)
     """The messages begun and not ended: their id, by ``text`` or ``reasoning``."""
-    _step: str | None = None
+    _steps: list[str] = field(default_factory=list)
+    """The steps begun and not finished: an agent step, and delegations inside it."""
+    _chunked: set[str] = field(default_factory=set)
+    """The delegations whose text came live (``EntityChunk``), by entity run."""
     _asked: list[Frame] = field(default_factory=list)
     """The interrupts of the pause to come."""
     _started: bool = False
@@ -85,10 +92,18 @@ class AGUIEvents:
                 yield self._run_started()
             case StepStarted(step=step):
                 yield from self._start_step(f"step {step}")
-            case DelegationStarted(entity=entity):
-                yield from self._start_step(f"delegate:{entity}")
-            case StepCompleted() | DelegationCompleted():
-                yield from self._end_step()
+            case StepCompleted(step=step):
+                yield from self._end_step(f"step {step}")
+            case DelegationStarted(entity=entity, entity_run_id=entity_run_id):
+                yield from self._start_step(f"delegate:{entity}:{entity_run_id}")
+            case DelegationCompleted(entity=entity, entity_run_id=entity_run_id):
+                yield from self._end_step(f"delegate:{entity}:{entity_run_id}")
+            case EntityChunk(entity=entity, entity_run_id=entity_run_id, delta=delta):
+                self._chunked.add(entity_run_id)
+                yield _entity_text(entity, entity_run_id, delta)
+            case EntityText(entity=entity, entity_run_id=entity_run_id, text=text):
+                if entity_run_id not in self._chunked:  # read back: no chunks
+                    yield _entity_text(entity, entity_run_id, text)
             case ReasoningDelta(seq=seq, delta=delta):
                 yield from self._grow("reasoning", seq, delta)
             case Reasoning(seq=seq, text=text):
@@ -150,23 +165,28 @@ class AGUIEvents:
             case RunFailed(status="cancelled"):
                 yield from self._finish({"type": "cancelled"})
             case RunFailed(status=status, message=message):
-                yield from self._end_messages()
-                yield from self._end_step()
+                yield from self._end_steps()
                 yield {"type": "RUN_ERROR", "message": message, "code": status}
 
     def _start_step(self, name: str) -> Iterator[Frame]:
-        yield from self._end_step()
-        self._step = name
+        yield from self._end_messages()
+        self._steps.append(name)
         yield {"type": "STEP_STARTED", "stepName": name}
 
-    def _end_step(self) -> Iterator[Frame]:
+    def _end_step(self, name: str) -> Iterator[Frame]:
         yield from self._end_messages()
-        if self._step is not None:
-            yield {"type": "STEP_FINISHED", "stepName": self._step}
-            self._step = None
+        if name in self._steps:
+            self._steps.remove(name)
+            yield {"type": "STEP_FINISHED", "stepName": name}
+
+    def _end_steps(self) -> Iterator[Frame]:
+        """Every step still going, innermost first: the run ends."""
+        for name in reversed(list(self._steps)):
+            yield from self._end_step(name)
+        yield from self._end_messages()
 
     def _finish(self, outcome: Frame, **more: Any) -> Iterator[Frame]:
-        yield from self._end_step()
+        yield from self._end_steps()
         yield {
             "type": "RUN_FINISHED",
             "threadId": self.thread_id,
@@ -205,3 +225,12 @@ class AGUIEvents:
     def _end_messages(self) -> Iterator[Frame]:
         yield from self._end("reasoning")
         yield from self._end("text")
+
+
+def _entity_text(entity: str, entity_run_id: str, text: str) -> Frame:
+    """Text of an agent the coordinator delegated to, which AG-UI has no event for."""
+    return {
+        "type": "CUSTOM",
+        "name": "entity_text",
+        "value": {"entity": entity, "entityRunId": entity_run_id, "delta": text},
+    }
