@@ -12,7 +12,17 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from agent_runs import Run, agent_runs
-from agentstream.events import Event
+from agentstream.events import (
+    ApprovalRequested,
+    BaseEvent,
+    Event,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    ToolCall,
+    ToolResult,
+)
 from agentstream.views.ag_ui import AGUIEvents
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(AGUIEvent)
@@ -40,7 +50,12 @@ def test_events_are_well_formed(run: Run) -> None:
     sent = frames(run.live)
     for frame in sent:
         EVENTS.validate_python(frame)
-    assert sent[0] == {"type": "RUN_STARTED", "threadId": "thread_1", "runId": "run_1"}
+    assert sent[0] == {
+        "type": "RUN_STARTED",
+        "threadId": "thread_1",
+        "runId": "run_1",
+        "protocolVersion": "1.0",
+    }
     endings = [f for f in sent if f["type"] in ("RUN_FINISHED", "RUN_ERROR")]
     assert endings == [sent[-1]]
     open_: set[tuple[str, str]] = set()
@@ -83,3 +98,32 @@ def test_a_continued_run_starts_again(run: Run, data: st.DataObject) -> None:
         assert [f["type"] for f in later].count("RUN_STARTED") == 1
     else:
         assert later == []
+
+
+def test_a_second_pause_asks_only_its_own_calls() -> None:
+    """A run continued after one pause that pauses again: its interrupts are the new ones."""
+    seq = iter(range(1, 100))
+
+    def e(kind: type[BaseEvent], **fields: Any) -> Any:
+        return kind(run_id="run_1", seq=next(seq), ts=1.0, **fields)
+
+    run = [
+        e(RunStarted, agent_id="a", session_id="s"),
+        e(StepStarted, step=1),
+        e(ToolCall, step=1, call_id="c1", tool_name="t", arguments={}),
+        e(ApprovalRequested, step=1, call_id="c1", tool_name="t", tool_input={}),
+        e(RunPaused, awaiting=["c1"]),
+    ]
+    paused_at = run[-1].seq
+    run += [
+        e(ToolResult, step=1, call_id="c1", tool_name="t", status="success", result=1),
+        e(StepCompleted, step=1),
+        e(StepStarted, step=2),
+        e(ToolCall, step=2, call_id="c2", tool_name="t", arguments={}),
+        e(ApprovalRequested, step=2, call_id="c2", tool_name="t", tool_input={}),
+        e(RunPaused, awaiting=["c2"]),
+    ]
+    first = frames(run[:paused_at])
+    later = frames(run, after=paused_at)
+    assert [i["id"] for i in first[-1]["outcome"]["interrupts"]] == ["c1"]
+    assert [i["id"] for i in later[-1]["outcome"]["interrupts"]] == ["c2"]

@@ -86,6 +86,34 @@ def test_the_stream_is_what_the_sdk_expects_on_the_wire(live: LiveServer) -> Non
     assert answer.text.endswith("data: [DONE]\n\n")
 
 
+def test_a_stream_that_ended_before_it_was_read_still_ends_with_done(live: LiveServer) -> None:
+    body = {"id": "chat-fast", "messages": [user("hi")]}
+    with live.client() as http:
+        failed = http.post("/api/agents/broken/ui-messages", json=body)
+    assert failed.text.endswith("data: [DONE]\n\n")
+    assert '"type":"error"' in failed.text
+
+
+def test_a_decision_on_an_unknown_call_is_refused(node: str, live: LiveServer) -> None:
+    question = user("What is 6 * 7?")
+    message = send(node, live, "guarded", "chat-unknown", [question])["message"]
+    tool = next(part for part in message["parts"] if part["type"] == "dynamic-tool")
+    tool["state"] = "approval-responded"
+    tool["approval"] = {"id": "call_nope", "approved": True}
+    with live.client() as http:
+        refused = http.post(
+            "/api/agents/guarded/ui-messages",
+            json={"id": "chat-unknown", "messages": [question, message]},
+        )
+        elsewhere = http.post(
+            "/api/agents/demo/ui-messages",
+            json={"id": "chat-unknown", "messages": [question, message]},
+        )
+    assert refused.status_code == 404
+    assert refused.json()["error"]["field"] == "messages"
+    assert elsewhere.status_code == 404  # the answer is not the demo agent's
+
+
 def test_a_failure_is_an_error_chunk(node: str, live: LiveServer) -> None:
     read = send(node, live, "broken", "chat-broken", [user("hi")])
     assert read["chunks"][-1]["type"] == "error"

@@ -5,7 +5,9 @@ Every streamed Responses event is checked against the client's own types."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, get_args
 
@@ -412,3 +414,46 @@ def test_browsers_may_call_from_the_origins_configured(tmp_path: Path) -> None:
 def test_no_origin_is_allowed_by_default(live: LiveServer) -> None:
     refused = preflight(live, APP)
     assert "access-control-allow-origin" not in refused.headers
+
+
+def runs_of(live: LiveServer, agent: str) -> int:
+    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
+        (count,) = db.execute("select count(*) from runs where agent_id = ?", (agent,)).fetchone()
+    return int(count)
+
+
+def test_the_client_does_not_run_a_failed_or_paused_agent_again(live: LiveServer) -> None:
+    """The client retries a 409 or 5xx by default: the answer of a run that ran says not to."""
+    messages: Any = [{"role": "user", "content": "What is 6 * 7?"}]
+    with openai.OpenAI(base_url=f"{live.url}/v1", api_key=live.key) as retrying:
+        for agent, error in (
+            ("broken", openai.InternalServerError),
+            ("guarded", openai.ConflictError),
+        ):
+            before = runs_of(live, agent)
+            with pytest.raises(error):
+                retrying.chat.completions.create(model=agent, messages=messages)
+            assert runs_of(live, agent) == before + 1
+
+
+def test_a_continued_response_remembers_the_turns_the_client_sent(client: openai.OpenAI) -> None:
+    first = client.responses.create(
+        model="echo",
+        input=[
+            {"role": "user", "content": "A"},
+            {"role": "assistant", "content": "B"},
+            {"role": "user", "content": "C"},
+        ],
+        instructions="Be brief.",
+    )
+    second = client.responses.create(
+        model="echo", input="D", previous_response_id=first.id, instructions="Count."
+    )
+    assert (
+        first.output_text == "system: Echo. | system: Be brief. | user: A | assistant: B | user: C"
+    )
+    # The earlier turns are the session's now; the first response's instructions were its own.
+    assert second.output_text == (
+        f"system: Echo. | system: Count. | user: A | assistant: B | user: C | assistant: "
+        f"{first.output_text} | user: D"
+    )

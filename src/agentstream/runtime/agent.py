@@ -110,10 +110,24 @@ class AgentState:
     """The tool call ids this run has used, so that each is used once."""
 
     @classmethod
-    def begin(cls, agent: AgentSpec, history: Sequence[Message], message: str) -> AgentState:
+    def begin(
+        cls,
+        agent: AgentSpec,
+        history: Sequence[Message],
+        message: str,
+        *,
+        instructions: str | None = None,
+        new_history: bool = False,
+    ) -> AgentState:
+        """``history``: the session's turns so far; with ``new_history``, turns a client
+        sent that the session has yet to keep, so the run adds them to it. ``instructions``:
+        more system instructions, for this run only."""
         user = Message(role="user", content=message)
-        system = Message(role="system", content=agent.instructions)
-        return cls(messages=[system, *history, user], memory=[user])
+        system = [Message(role="system", content=agent.instructions)]
+        if instructions:
+            system.append(Message(role="system", content=instructions))
+        remembered = [*history, user] if new_history else [user]
+        return cls(messages=[*system, *history, user], memory=remembered)
 
 
 AgentStateAdapter: TypeAdapter[AgentState] = TypeAdapter(AgentState)

@@ -93,6 +93,7 @@ class RunManager:
         reasoning: bool | None = None,
         entities: Mapping[str, StoredAgent] | None = None,
         earlier: Sequence[Message] = (),
+        instructions: str | None = None,
         run_id: str | None = None,
     ) -> StartedRun:
         """Record a new run and start it. Raises ``UserError`` before writing anything.
@@ -101,10 +102,12 @@ class RunManager:
         that id that does not exist yet is created (clients that name their conversations).
         ``entities`` pins an orchestration's entities (a deployment's); by default they are
         the ones stored now. ``earlier``: the conversation so far, for a new session, from a
-        client that keeps it itself (the OpenAI-compatible API); the session stores only
-        this run's exchange. ``run_id``: the id a client chose (AG-UI's), free; by default a
-        new one.
+        client that keeps it itself (the OpenAI-compatible API), which the session keeps
+        from then on. ``instructions``: more system instructions, for this run only.
+        ``run_id``: the id a client chose (AG-UI's), free; by default a new one.
         """
+        if earlier and session_id is not None:
+            raise ValueError("earlier turns are for a new session only")
         self.supervisor.admit()
         spec = agent.spec
         self.check_agent(spec)  # a pinned snapshot may name what this server no longer has
@@ -154,7 +157,9 @@ class RunManager:
         except BaseException:
             self._release(session_id, claim)
             raise
-        state = AgentState.begin(spec, history, message)
+        state = AgentState.begin(
+            spec, history, message, instructions=instructions, new_history=bool(earlier)
+        )
         self._launch(
             run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=started
         )

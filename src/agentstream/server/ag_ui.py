@@ -19,10 +19,11 @@ from ag_ui.core.types import ResumeEntry
 from fastapi import APIRouter, Depends
 
 from agentstream.agents import StoredAgent
-from agentstream.errors import Conflict, NotFound, UserError
+from agentstream.errors import Conflict, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
 from agentstream.views.ag_ui import AGUIEvents
@@ -95,20 +96,11 @@ async def _resume(
     ]
     if not paused:
         raise Conflict(f"Thread {thread!r} has no run waiting for an answer", field="resume")
-    run_id = paused[-1].id
-    asked = {a.call_id for a in await svc.store.approvals(run_id)}
-    for answer in answers:
-        if answer.interrupt_id not in asked:
-            raise NotFound(
-                f"No interrupt {answer.interrupt_id!r} in thread {thread!r}", field="resume"
-            )
-    after = await svc.store.last_seq(run_id)
+    decisions = []
     for answer in answers:
         payload = answer.payload if isinstance(answer.payload, dict) else {}
         approved = answer.status == "resolved" and payload.get("approved", True) is not False
         reason = payload.get("reason") if isinstance(payload.get("reason"), str) else None
-        await svc.store.decide(
-            run_id, answer.interrupt_id, approved=approved, reason=reason, decided_by=caller
-        )  # False for one decided already: that decision stands
-    await svc.runs.resume(run_id)
-    return run_id, after
+        decisions.append((answer.interrupt_id, approved, reason))
+    run_id = paused[-1].id
+    return run_id, await decide_all(svc, run_id, decisions, caller=caller, field="resume")

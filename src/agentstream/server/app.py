@@ -192,7 +192,13 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
-    if settings.cors_origins:
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_body_bytes,
+        uploads=DOCUMENT_UPLOADS,
+        upload_limit=settings.max_document_bytes,
+    )
+    if settings.cors_origins:  # outermost: refusals carry the headers too
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
@@ -200,12 +206,6 @@ def create_app(
             allow_headers=["*"],
             expose_headers=EXPOSED_HEADERS,
         )
-    app.add_middleware(
-        BodyLimit,
-        limit=settings.max_body_bytes,
-        uploads=DOCUMENT_UPLOADS,
-        upload_limit=settings.max_document_bytes,
-    )
     app.include_router(runs_router)
     app.include_router(agents_router)
     app.include_router(deployments_router)

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import StoredAgent
 from agentstream.errors import Conflict, NotFound, UserError
@@ -52,6 +52,10 @@ DONE = b"data: [DONE]\n\n"
 
 FAILED_STATUS = {"error": 500, "interrupted": 503, "timeout": 504, "cancelled": 400}
 """The HTTP status of a non-streamed answer whose run failed, by how it ended."""
+
+NO_RETRY = {"x-should-retry": "false"}
+"""On the answer of a run that ran: the official clients retry a 409 or a 5xx by
+themselves, which would run the agent (and its tools) again."""
 
 
 class _Lenient(BaseModel):
@@ -118,18 +122,13 @@ class ResponseRequest(_Lenient):
     """The agent's id."""
     input: MessageText | list[InputMessage] = Field(min_length=1)
     instructions: str | None = Field(default=None, max_length=200_000)
-    """Added to the agent's own instructions, as a system message."""
+    """Added to the agent's own instructions, for this response only (as OpenAI's: a
+    response that continues it with ``previous_response_id`` does not inherit them)."""
     previous_response_id: str | None = Field(default=None, max_length=40)
     stream: bool = False
     background: bool = False
     tools: None = None
     """Refused: the agent's tools are its own and run on the server."""
-
-    @model_validator(mode="after")
-    def _continues_with_one_message(self) -> ResponseRequest:
-        if self.previous_response_id is not None and self.instructions is not None:
-            raise ValueError("instructions: a continued conversation keeps its own")
-        return self
 
     def conversation(self) -> tuple[list[Message], str]:
         if isinstance(self.input, str):
@@ -138,8 +137,6 @@ class ResponseRequest(_Lenient):
         else:
             messages = [ChatMessage(role=m.role, content=m.content) for m in self.input]
             earlier, text = _conversation(messages, "input")
-        if self.instructions is not None:
-            earlier.insert(0, Message(role="system", content=self.instructions))
         if earlier and self.previous_response_id is not None:
             raise UserError(
                 "With previous_response_id, send only the new user message: the "
@@ -214,9 +211,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, svc: S
             )
         case RunPaused(awaiting=awaiting):
             body_ = chat_error(awaiting_approval(run.run_id, awaiting), "approval_required")
-            return JSONResponse(body_, status_code=409)
+            return JSONResponse(body_, status_code=409, headers=NO_RETRY)
         case RunFailed(status=status, message=message):
-            return JSONResponse(chat_error(message, status), status_code=FAILED_STATUS[status])
+            status_code = FAILED_STATUS[status]
+            return JSONResponse(chat_error(message, status), status_code, headers=NO_RETRY)
     raise AssertionError(f"run {run.run_id} ended with {events[-1]!r}")
 
 
@@ -257,7 +255,9 @@ async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> 
                 field="previous_response_id",
             )
         session_id = previous.session_id
-    run = await svc.runs.start(agent, message, session_id=session_id, earlier=earlier)
+    run = await svc.runs.start(
+        agent, message, session_id=session_id, earlier=earlier, instructions=body.instructions
+    )
     view = ResponseEvents.begin(
         run.run_id,
         model=agent.spec.id,
@@ -340,7 +340,9 @@ async def cancel_response(response_id: str, svc: Svc) -> Any:
         await svc.supervisor.stop(response_id, "Response cancelled", wait=STOP_WAIT)
     else:
         raise Conflict(
-            f"Response {response_id!r} has ended (status: {run.status})", field="response_id"
+            f"Response {response_id!r} has ended (status: {run.status})",
+            field="response_id",
+            headers=NO_RETRY,
         )
     view = ResponseEvents.begin(run.id, model=run.agent_id, created_at=run.created_at.timestamp())
     return _as_it_stands(view, await svc.store.run_events(response_id))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, n
 from agentstream.store.store import ApprovalRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
-__all__ = ["router"]
+__all__ = ["decide_all", "router"]
 
 router = APIRouter(
     prefix="/api/agents/runs", tags=["runs"], dependencies=[Depends(require_api_key)]
@@ -191,6 +192,35 @@ async def _decide(
         status=current.status,
         approvals=_approvals_out(await svc.store.approvals(run_id)),
     )
+
+
+async def decide_all(
+    svc: Services,
+    run_id: str,
+    decisions: Sequence[tuple[str, bool, str | None]],
+    *,
+    caller: str,
+    field: str,
+) -> int:
+    """Record ``(call_id, approved, reason)`` for each call a paused run waits on, and
+    continue it: the seq after which it goes on. A decision already made stands (a client
+    sending its answer again); an unknown call is ``NotFound`` and calls left undecided a
+    ``Conflict``, both naming ``field``, before anything is recorded."""
+    approvals = await svc.store.approvals(run_id)
+    answered = {call_id for call_id, _, _ in decisions}
+    if unknown := answered - {a.call_id for a in approvals}:
+        raise NotFound(
+            f"Run {run_id!r} has no approval for {', '.join(sorted(unknown))}", field=field
+        )
+    if left := {a.call_id for a in approvals if a.decision == "pending"} - answered:
+        raise Conflict(
+            f"Run {run_id!r} also waits for a decision on {', '.join(sorted(left))}", field=field
+        )
+    paused_at = await svc.store.last_seq(run_id)
+    for call_id, approved, reason in decisions:
+        await svc.store.decide(run_id, call_id, approved=approved, reason=reason, decided_by=caller)
+    await svc.runs.resume(run_id)
+    return paused_at
 
 
 @router.post("/{run_id}/cancel")

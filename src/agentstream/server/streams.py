@@ -162,6 +162,8 @@ async def follow(
             break
     if not pending and live is None:
         return Response(status_code=204)
+    if live is None and ending is None:  # all there is, read at once: the stream ends here
+        pending += trailer
     following = (
         _chunks(live, render, ids=True, ends=ending, trailer=trailer) if live is not None else None
     )

@@ -20,6 +20,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, follow
 from agentstream.store.store import RunRecord
@@ -87,7 +88,7 @@ async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Call
         )
     last = body.messages[-1]
     if last.role == "assistant":
-        run_id, after = await _decide(svc, body.id, last, caller)
+        run_id, after = await _decide(svc, agent_id, body.id, last, caller)
     else:
         text = "".join(part.text or "" for part in last.parts if part.type == "text")
         if last.role != "user" or not text:
@@ -97,32 +98,25 @@ async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Call
     return await _stream(svc, run_id, after)
 
 
-async def _decide(svc: Services, chat_id: str, message: UIMessage, caller: str) -> tuple[str, int]:
+async def _decide(
+    svc: Services, agent_id: str, chat_id: str, message: UIMessage, caller: str
+) -> tuple[str, int]:
     """Record the decisions the assistant message carries and continue its run: the run,
     and the seq after which its message goes on."""
     run = await svc.store.get_run(message.id)
-    if run is None or run.session_id != chat_id:
+    if run is None or run.session_id != chat_id or run.agent_id != agent_id:
         raise NotFound(f"No answer {message.id!r} in chat {chat_id!r}", field="messages")
     decisions = [
-        p.approval for p in message.parts if p.state == "approval-responded" and p.approval
+        (p.approval.id, p.approval.approved, p.approval.reason)
+        for p in message.parts
+        if p.state == "approval-responded" and p.approval is not None
     ]
     if run.status != "awaiting_approval" or not decisions:
         raise Conflict(
             f"Answer {message.id!r} is not waiting for a decision (status: {run.status})",
             field="messages",
         )
-    paused_at = (await svc.store.run_events(run.id))[-1].seq
-    for approval in decisions:
-        assert approval is not None
-        await svc.store.decide(
-            run.id,
-            approval.id,
-            approved=approval.approved,
-            reason=approval.reason,
-            decided_by=caller,
-        )  # False for one decided already (the client sent it again): that decision stands
-    await svc.runs.resume(run.id)
-    return run.id, paused_at
+    return run.id, await decide_all(svc, run.id, decisions, caller=caller, field="messages")
 
 
 async def _stream(svc: Services, run_id: str, after: int) -> Any:

@@ -46,9 +46,12 @@ from agentstream.events import (
     ToolResult,
 )
 
-__all__ = ["APPROVAL", "AGUIEvents"]
+__all__ = ["APPROVAL", "PROTOCOL_VERSION", "AGUIEvents"]
 
 Frame = dict[str, Any]
+
+PROTOCOL_VERSION = "1.0"
+"""The version of AG-UI these events are, which ``RUN_STARTED`` declares."""
 
 APPROVAL = "tool_approval"
 """The ``reason`` of an interrupt that asks a person to approve a tool call."""
@@ -84,7 +87,12 @@ class AGUIEvents:
         yield from frames
 
     def _run_started(self) -> Frame:
-        return {"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}
+        return {
+            "type": "RUN_STARTED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "protocolVersion": PROTOCOL_VERSION,
+        }
 
     def _frames(self, event: Event) -> Iterator[Frame]:
         match event:
@@ -114,7 +122,7 @@ class AGUIEvents:
                 yield from self._end("reasoning")  # reasoning streamed after the text began
                 yield from self._grow("text", seq, delta)
             case Text(seq=seq, text=text) | TextRetracted(seq=seq, text=text):
-                if "text" not in self._open:
+                if "text" not in self._open and text:
                     yield from self._grow("text", seq, text)
                 yield from self._end("text")
             case ToolCall(call_id=call_id, tool_name=name, arguments=arguments):
@@ -154,7 +162,8 @@ class AGUIEvents:
                     },
                 }
             case RunPaused():
-                yield from self._finish({"type": "interrupt", "interrupts": self._asked})
+                asked, self._asked = self._asked, []
+                yield from self._finish({"type": "interrupt", "interrupts": asked})
             case RunCompleted(usage=usage):
                 counted = {
                     "inputTokens": usage.input_tokens,

@@ -183,6 +183,10 @@ class ResponseEvents:
     _open: dict[tuple[str, str | int], _Item] = field(default_factory=dict)
     _number: int = 0
     """The ``sequence_number`` of the next frame."""
+    _reasoned: set[int] = field(default_factory=set)
+    """The steps whose reasoning is settled: reasoning a model goes on with after that is
+    not stored, so a stream read back would not have it, and the live one leaves it out
+    too (the items must be the same in both)."""
 
     @classmethod
     def begin(
@@ -227,16 +231,19 @@ class ResponseEvents:
             case RunStarted():
                 yield self._with_response("response.created")
                 yield self._with_response("response.in_progress")
-            case ReasoningDelta(step=step, delta=delta):
+            case ReasoningDelta(step=step, delta=delta) if step not in self._reasoned:
                 yield from self._grow_reasoning(step, delta)
             case Reasoning(step=step, text=text):
                 if ("reasoning", step) not in self._open:  # read back: no deltas
                     yield from self._grow_reasoning(step, text)
+                self._reasoned.add(step)
                 yield from self._end_reasoning(step, "completed")
             case TextDelta(step=step, delta=delta):
                 yield from self._grow_message(step, delta)
             case Text(step=step, text=text) | TextRetracted(step=step, text=text):
                 if ("message", step) not in self._open:
+                    if not text:
+                        return
                     yield from self._grow_message(step, text)
                 phase = "final_answer" if isinstance(event, Text) else "commentary"
                 yield from self._end_message(step, "completed", phase)
@@ -385,9 +392,7 @@ class ResponseEvents:
         yield self._event("response.mcp_call.in_progress", **where)
 
     def _call_result(self, call_id: str, status: str, result: Any) -> Iterator[Frame]:
-        growing = self._open.pop(("call", call_id), None)
-        if growing is None:  # a result of a call made before the response began
-            return
+        growing = self._open.pop(("call", call_id))
         item, where = growing.item, {"item_id": growing.item["id"], "output_index": growing.index}
         if status == "success":
             item.update(status="completed", output=json.dumps(result))
