@@ -457,3 +457,22 @@ def test_a_continued_response_remembers_the_turns_the_client_sent(client: openai
         f"system: Echo. | system: Count. | user: A | assistant: B | user: C | assistant: "
         f"{first.output_text} | user: D"
     )
+
+
+def test_a_model_that_cannot_run_is_a_503(
+    live: LiveServer, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with live.client() as http:
+        http.post("/api/agents", json={"id": "keyless", "model": "gpt-4o-mini"})
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        client.chat.completions.create(
+            model="keyless", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert unavailable.value.status_code == 503
+    assert error_body(unavailable.value) == {
+        "message": "Set OPENAI_API_KEY to use gpt-4o-mini (OpenAI)",
+        "type": "server_error",
+        "param": "model",
+        "code": "model_unavailable",
+    }
