@@ -24,6 +24,7 @@ from agentstream.events import (
     ToolResult,
 )
 from agentstream.views.ag_ui import AGUIEvents
+from agentstream.views.continued import continued
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(AGUIEvent)
 PAIRS = {
@@ -36,8 +37,9 @@ PAIRS = {
 
 
 def frames(events: list[Event], after: int = 0) -> list[dict[str, Any]]:
-    view = AGUIEvents("thread_1", "run_1", after=after)
-    return [frame for event in events for frame in view(event)]
+    view = AGUIEvents("thread_1", "run_1")
+    shown = continued(view, after, view.opening)
+    return [frame for event in events for frame in shown(event)]
 
 
 def key(frame: dict[str, Any]) -> str:

@@ -11,14 +11,16 @@ from hypothesis import strategies as st
 
 from agent_runs import Run, agent_runs
 from agentstream.events import Event
+from agentstream.views.continued import continued
 from agentstream.views.ui_messages import UIMessageChunks
 
 ENDINGS = ("finish", "error", "abort")
 
 
 def chunks(events: list[Event], after: int = 0) -> list[dict[str, Any]]:
-    view = UIMessageChunks("run_1", after=after)
-    return [chunk for event in events for chunk in view(event)]
+    view = UIMessageChunks("run_1")
+    shown = continued(view, after, view.opening)
+    return [chunk for event in events for chunk in shown(event)]
 
 
 def parts(chunks: list[dict[str, Any]], kind: str) -> list[str]:

@@ -27,6 +27,7 @@ from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
 from agentstream.views.ag_ui import AGUIEvents
+from agentstream.views.continued import continued
 
 __all__ = ["router"]
 
@@ -56,8 +57,9 @@ async def run_agent(agent_id: str, body: RunAgentInput, svc: Svc, caller: Caller
         async def persisted() -> list[Event]:
             return await svc.store.run_events(run_id)
 
-        view = AGUIEvents(thread, run_id, after=after)
-        return await follow(svc.supervisor, run_id, persisted, view, after=0, keepalive=keepalive)
+        view = AGUIEvents(thread, run_id)
+        shown = continued(view, after, view.opening)
+        return await follow(svc.supervisor, run_id, persisted, shown, after=0, keepalive=keepalive)
     message = _new_message(body)
     wanted = body.run_id if RUN_ID.fullmatch(body.run_id) else None
     if wanted is not None and await svc.store.run_exists(wanted):

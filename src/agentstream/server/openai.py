@@ -31,7 +31,7 @@ from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
-from agentstream.server.streams import CLIENT_CANCELLED, STOP_WAIT, follow, stream_started
+from agentstream.server.streams import CLIENT_CANCELLED, DONE, STOP_WAIT, follow, stream_started
 from agentstream.server.validation import MessageText
 from agentstream.store.store import RunRecord
 from agentstream.views.openai import (
@@ -47,8 +47,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
-DONE = b"data: [DONE]\n\n"
-"""How OpenAI ends a stream."""
 
 FAILED_STATUS = {"error": 500, "interrupted": 503, "timeout": 504, "cancelled": 400}
 """The HTTP status of a non-streamed answer whose run failed, by how it ended."""

@@ -31,6 +31,7 @@ from agentstream.views.native import frame
 
 __all__ = [
     "CLIENT_CANCELLED",
+    "DONE",
     "STOP_WAIT",
     "Render",
     "ResumeAfter",
@@ -47,6 +48,9 @@ Render = Callable[[Event], Iterable[dict[str, Any]]]
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 """One encoder for every frame: ``json.dumps`` with options builds a new one per call.
 Never a bare ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it)."""
+
+DONE = b"data: [DONE]\n\n"
+"""The last frame of an OpenAI or AI SDK stream (the public chat's is a JSON string)."""
 
 CLIENT_CANCELLED = "Client cancelled request"
 """Why a run ended when the client of its POST stream left."""

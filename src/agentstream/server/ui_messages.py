@@ -22,8 +22,9 @@ from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
-from agentstream.server.streams import STOP_WAIT, follow
+from agentstream.server.streams import DONE, STOP_WAIT, follow
 from agentstream.store.store import RunRecord
+from agentstream.views.continued import continued
 from agentstream.views.ui_messages import HEADERS, UIMessageChunks
 
 __all__ = ["router"]
@@ -32,8 +33,6 @@ router = APIRouter(prefix="/api/agents", tags=["ai-sdk"])
 Svc = Annotated[Services, Depends(services)]
 Caller = Annotated[str, Depends(require_api_key)]
 ChatId = Annotated[str, Path(min_length=1, max_length=40)]
-
-DONE = b"data: [DONE]\n\n"
 
 
 class Approval(BaseModel):
@@ -120,6 +119,9 @@ async def _decide(
 
 
 async def _stream(svc: Services, run_id: str, after: int) -> Any:
+    """The run's message from its start, or, ``after`` a pause, what it goes on with."""
+    view = UIMessageChunks(run_id)
+
     async def persisted() -> list[Event]:
         return await svc.store.run_events(run_id)
 
@@ -127,7 +129,7 @@ async def _stream(svc: Services, run_id: str, after: int) -> Any:
         svc.supervisor,
         run_id,
         persisted,
-        UIMessageChunks(run_id, after=after),
+        continued(view, after, view.opening),
         after=0,
         keepalive=svc.settings.keepalive_seconds,
         trailer=DONE,

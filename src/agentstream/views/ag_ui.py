@@ -59,13 +59,12 @@ APPROVAL = "tool_approval"
 
 @dataclass(slots=True)
 class AGUIEvents:
-    """The AG-UI events of one agentstream run on the thread ``thread_id``. Fed the run
-    from its first event; only the events after ``after`` go out, after a
-    ``RUN_STARTED`` (a run continued once its approvals are decided)."""
+    """The AG-UI events of one agentstream run on the thread ``thread_id``, fed the run
+    from its first event (for a run that goes on after its approvals, see
+    ``views.continued``)."""
 
     thread_id: str
     run_id: str
-    after: int = 0
     _open: dict[str, str] = field(default_factory=dict)
     """The messages begun and not ended: their id, by ``text`` or ``reasoning``."""
     _steps: list[str] = field(default_factory=list)
@@ -74,19 +73,10 @@ class AGUIEvents:
     """The delegations whose text came live (``EntityChunk``), by entity run."""
     _asked: list[Frame] = field(default_factory=list)
     """The interrupts of the pause to come."""
-    _started: bool = False
 
-    def __call__(self, event: Event) -> Iterator[Frame]:
-        frames = list(self._frames(event))
-        if event.seq <= self.after:
-            return
-        if not self._started:
-            self._started = True
-            if not isinstance(event, RunStarted):
-                yield self._run_started()
-        yield from frames
-
-    def _run_started(self) -> Frame:
+    @property
+    def opening(self) -> Frame:
+        """The event that opens the run."""
         return {
             "type": "RUN_STARTED",
             "threadId": self.thread_id,
@@ -94,10 +84,10 @@ class AGUIEvents:
             "protocolVersion": PROTOCOL_VERSION,
         }
 
-    def _frames(self, event: Event) -> Iterator[Frame]:
+    def __call__(self, event: Event) -> Iterator[Frame]:
         match event:
             case RunStarted():
-                yield self._run_started()
+                yield self.opening
             case StepStarted(step=step):
                 yield from self._start_step(f"step {step}")
             case StepCompleted(step=step):

@@ -47,31 +47,23 @@ HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 
 @dataclass(slots=True)
 class UIMessageChunks:
-    """The chunks of one run's assistant message. Fed the run from its first event; only
-    the chunks of events after ``after`` go out, after a ``start`` chunk (a message
-    continued once its approvals are decided)."""
+    """The chunks of one run's assistant message, fed the run from its first event (for a
+    message that goes on after its approvals, see ``views.continued``)."""
 
     message_id: str
-    after: int = 0
     _open: dict[str, str] = field(default_factory=dict)
     """The parts begun and not ended: their id, by ``text`` or ``reasoning``."""
-    _started: bool = False
     _in_step: bool = False
 
-    def __call__(self, event: Event) -> Iterator[Frame]:
-        chunks = list(self._chunks(event))
-        if event.seq <= self.after:
-            return
-        if not self._started:
-            self._started = True
-            if not isinstance(event, RunStarted):
-                yield {"type": "start", "messageId": self.message_id}
-        yield from chunks
+    @property
+    def opening(self) -> Frame:
+        """The chunk that opens the message."""
+        return {"type": "start", "messageId": self.message_id}
 
-    def _chunks(self, event: Event) -> Iterator[Frame]:
+    def __call__(self, event: Event) -> Iterator[Frame]:
         match event:
             case RunStarted():
-                yield {"type": "start", "messageId": self.message_id}
+                yield self.opening
             case StepStarted():
                 self._in_step = True
                 yield {"type": "start-step"}
