@@ -111,8 +111,7 @@ class Settings(BaseSettings):
     @classmethod
     def _proxy_networks(cls, value: object) -> object:
         """Each entry an address or a network (``10.0.0.0/8``), written as uvicorn reads it."""
-        if isinstance(value, str):
-            value = [entry.strip() for entry in value.split(",") if entry.strip()]
+        value = _comma_separated(value)
         if isinstance(value, list):
             return [str(ip_network(str(entry), strict=False)) for entry in value]
         return value
@@ -121,14 +120,10 @@ class Settings(BaseSettings):
     @classmethod
     def _origins(cls, value: object) -> object:
         """Each entry ``*`` or an origin as a browser sends it: ``scheme://host[:port]``."""
-        if isinstance(value, str):
-            value = [entry.strip() for entry in value.split(",") if entry.strip()]
-        if isinstance(value, list):
-            for entry in value:
-                if entry != "*" and not re.fullmatch(r"https?://[^/?#\s]+", str(entry)):
-                    raise ValueError(
-                        f"{entry!r} is not an origin: write scheme://host[:port], no path"
-                    )
+        value = _comma_separated(value)
+        for entry in value if isinstance(value, list) else ():
+            if entry != "*" and not re.fullmatch(r"https?://[^/?#\s]+", str(entry)):
+                raise ValueError(f"{entry!r} is not an origin: write scheme://host[:port], no path")
         return value
 
     @field_validator("database_url")
@@ -196,3 +191,10 @@ def write_private(path: Path, text: str) -> None:
     private_directory(path.parent)
     with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w") as file:
         file.write(text + "\n")
+
+
+def _comma_separated(value: object) -> object:
+    """A list setting as the environment writes it, ``a, b``, as a list; else as it is."""
+    if isinstance(value, str):
+        return [entry.strip() for entry in value.split(",") if entry.strip()]
+    return value
