@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -101,12 +103,83 @@ def test_stop_aborts_mid_stream(paced: LiveServer, page: Page) -> None:
 
     page.click("#stop")
 
-    playwright.expect(page.locator("#status")).to_have_text("Stopped.")
+    playwright.expect(page.locator(".assistant.stopped .stopped-note")).to_have_text("Stopped")
     playwright.expect(page.locator("#send")).to_be_visible()
     assert "word400" not in (answer.text_content() or "")
     run = wait_for_status(paced, latest_run_id(paced))
     assert run["input"] == "Write 400 words"
     assert (run["status"], run["error"]) == ("cancelled", "Client cancelled request")
+
+
+def until(page: Page, condition: str, timeout: float = 10) -> None:
+    """Wait for a JavaScript ``condition`` on the page (``wait_for_function`` would evaluate
+    it in the page, which its Content-Security-Policy forbids)."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(condition):
+        assert time.monotonic() < deadline, f"not so after {timeout} s: {condition}"
+        page.wait_for_timeout(50)
+
+
+def test_thinking_folds_away_once_the_answer_begins(paced: LiveServer, page: Page) -> None:
+    page.goto(f"{paced.url}/chat/your-slug")
+    page.fill("#input", "What is 17 * 23?")
+    page.press("#input", "Enter")
+    thinking = page.locator(".assistant details.thinking").last
+    playwright.expect(thinking).to_have_attribute("open", "")  # open while it thinks
+    playwright.expect(page.locator(".assistant .answer").last).to_have_text("The answer is 391.")
+    playwright.expect(thinking).not_to_have_attribute("open", "")
+    playwright.expect(thinking.locator("summary")).to_have_text(re.compile(r"Thought for \d+ s"))
+    playwright.expect(thinking).to_contain_text("calculator")  # still there, to open
+
+
+def test_the_page_follows_the_stream_unless_the_reader_scrolls_up(
+    paced: LiveServer, page: Page
+) -> None:
+    page.set_viewport_size({"width": 390, "height": 500})
+    page.goto(f"{paced.url}/chat/your-slug")
+    page.fill("#input", "Write 160 words")
+    page.press("#input", "Enter")
+    until(page, "document.documentElement.scrollHeight > innerHeight + 300")
+    until(page, "innerHeight + scrollY >= document.documentElement.scrollHeight - 60")
+    composer = page.locator("#composer").bounding_box()
+    assert composer is not None
+    assert composer["y"] + composer["height"] <= 500, "the input stays pinned in view"
+
+    page.mouse.wheel(0, -2000)  # the reader scrolls up to read
+    until(page, "scrollY < 50")
+    page.wait_for_timeout(600)  # more tokens arrive
+    assert page.evaluate("scrollY") < 50, "left where the reader scrolled"
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("word160")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, "nothing wider than the phone"
+
+
+def test_a_reload_keeps_the_conversation_and_new_chat_starts_one(
+    paced: LiveServer, page: Page
+) -> None:
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    page.goto(f"{paced.url}/chat/your-slug")
+    page.fill("#input", "Write 3 words")
+    page.press("#input", "Enter")
+    playwright.expect(page.locator(".assistant .answer").last).to_have_text(" word1 word2 word3")
+    playwright.expect(page.locator("#send")).to_be_visible()
+    first = page.evaluate("sessionStorage.getItem('agentstream:conversation:your-slug')")
+
+    page.reload()
+    playwright.expect(page.locator(".message.user")).to_have_text(["Write 3 words"])
+    playwright.expect(page.locator(".message.assistant").last).to_have_text(" word1 word2 word3")
+    page.fill("#input", "What did I ask before?")
+    page.press("#input", "Enter")  # the same conversation, which the server remembers
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("Write 3 words")
+
+    page.click("#new-chat")
+    playwright.expect(page.locator(".message.user")).to_have_count(0)
+    second = page.evaluate("sessionStorage.getItem('agentstream:conversation:your-slug')")
+    assert second != first
+    page.reload()
+    playwright.expect(page.locator(".message.user")).to_have_count(0)
+    assert missing == [], "no asset is missing (the favicon included)"
 
 
 def test_password_page_signs_in_and_shows_errors(paced: LiveServer, page: Page) -> None:

@@ -1,6 +1,8 @@
 // The hosted chat page. It always sends the protocol header, so it gets answer text live
 // (appending `chunk`, honouring `chunk_reset`) and, where the deployment allows, thinking
-// and tool frames. Text from the server is only ever set with textContent.
+// and tool frames. Text from the server is only ever set with textContent. The page follows
+// the stream while the reader is at the bottom, and keeps the conversation's messages in
+// the tab's session storage, so a reload shows them again.
 "use strict";
 
 const PROTOCOL = { "X-Sim-Stream-Protocol": "agent-events-v1" };
@@ -10,6 +12,29 @@ const $ = (id) => document.getElementById(id);
 const conversationKey = `agentstream:conversation:${slug}`;
 let conversationId = sessionStorage.getItem(conversationKey) || crypto.randomUUID();
 let controller = null;
+let greeting = null;
+let following = true;  // the reader is at the bottom: new text scrolls into view
+
+addEventListener("scroll", () => {
+  following = innerHeight + scrollY >= document.documentElement.scrollHeight - 48;
+}, { passive: true });
+
+function keepInView() {
+  if (following) scrollTo(0, document.documentElement.scrollHeight);
+}
+
+// The conversation's settled messages, for a reload: [{role, text, note}].
+const transcriptKey = () => `agentstream:transcript:${slug}:${conversationId}`;
+function transcript(key = transcriptKey()) {
+  try {
+    return JSON.parse(sessionStorage.getItem(key)) || [];
+  } catch {
+    return [];
+  }
+}
+function remember(key, ...entries) {
+  sessionStorage.setItem(key, JSON.stringify([...transcript(key), ...entries]));
+}
 
 function setStatus(text, isError = false) {
   $("status").textContent = text;
@@ -36,16 +61,28 @@ class AssistantMessage extends Panels {
     $("conversation").append(root);
   }
   // Text is kept per block: a reset takes back only its own block's streamed text.
-  append(block, text) { this.block(block).textContent += text; }
+  append(block, text) {
+    this.settleThinking();
+    this.block(block).textContent += text;
+  }
   reset(block) { this.block(block).textContent = ""; }
   block(id) {
     this.blocks ??= new Map();
     if (!this.blocks.has(id)) this.answer.append(this.blocks.set(id, element("span")).get(id));
     return this.blocks.get(id);
   }
-  fail(text) { this.root.append(element("p", "error", text)); }
+  fail(text) {
+    this.note = text;
+    this.root.append(element("p", "error", text));
+  }
+  stopped() {
+    this.note = "Stopped";
+    this.root.classList.add("stopped");
+    this.root.append(element("p", "stopped-note", "Stopped"));
+  }
   // No answer yet: a person has to approve a tool call first. Nothing spins meanwhile.
   waiting(text) {
+    this.note = text;
     this.awaitApproval();
     this.root.append(element("p", "waiting", text));
   }
@@ -90,8 +127,17 @@ function handle(frame, message) {
   }
 }
 
+function showSaved({ role, text, note }) {
+  const message = element("div", `message ${role}`, text);
+  if (note) message.append(element("p", note === "Stopped" ? "stopped-note" : "waiting", note));
+  $("conversation").append(message);
+}
+
 async function send(text) {
   $("conversation").append(element("div", "message user", text));
+  following = true;
+  keepInView();
+  const conversation = transcriptKey();  // New chat may start another meanwhile
   const message = new AssistantMessage();
   controller = new AbortController();
   $("send").hidden = true;
@@ -110,15 +156,32 @@ async function send(text) {
       return showSignIn(await loadInfo());
     }
     if (!response.ok) return message.fail(await errorMessage(response));
-    for await (const frame of sseData(response.body)) handle(frame, message);
+    for await (const frame of sseData(response.body)) {
+      handle(frame, message);
+      keepInView();
+    }
   } catch (error) {
-    if (error.name === "AbortError") setStatus("Stopped.");
+    if (error.name === "AbortError") message.stopped();
     else message.fail(`Connection lost: ${error.message}`);
   } finally {
     controller = null;
     $("send").hidden = false;
     $("stop").hidden = true;
+    const answer = { role: "assistant", text: message.answer.textContent, note: message.note };
+    remember(conversation, { role: "user", text }, answer);
+    keepInView();
   }
+}
+
+function newChat() {
+  controller?.abort();
+  sessionStorage.removeItem(transcriptKey());
+  conversationId = crypto.randomUUID();
+  sessionStorage.setItem(conversationKey, conversationId);
+  $("conversation").replaceChildren();
+  if (greeting) showSaved({ role: "assistant", text: greeting });
+  setStatus("");
+  $("input").focus();
 }
 
 async function loadInfo() {
@@ -157,7 +220,8 @@ async function signIn(event) {
   $("composer").hidden = false;
   setStatus("");
   const info = await loadInfo();  // the greeting is for signed-in visitors
-  if (info.greeting) $("conversation").append(element("div", "message assistant", info.greeting));
+  greeting = info.greeting;
+  if (greeting) showSaved({ role: "assistant", text: greeting });
 }
 
 async function start() {
@@ -170,7 +234,10 @@ async function start() {
   }
   document.title = info.title;
   $("title").textContent = info.title;
-  if (info.greeting) $("conversation").append(element("div", "message assistant", info.greeting));
+  greeting = info.greeting;
+  if (greeting) showSaved({ role: "assistant", text: greeting });
+  for (const entry of transcript()) showSaved(entry);
+  keepInView();
   if (info.authenticated) $("composer").hidden = false;
   else showSignIn(info);
   $("signin-form").addEventListener("submit", signIn);
@@ -188,6 +255,7 @@ async function start() {
     }
   });
   $("stop").addEventListener("click", () => controller?.abort());
+  $("new-chat").addEventListener("click", newChat);
 }
 
 start();

@@ -29,8 +29,21 @@ class Panels {
   thinking(text) {
     const section = this.section("thinking", "Thinking");
     let body = section.querySelector(".thinking-text");
-    if (!body) section.append((body = element("div", "thinking-text")));
+    if (!body) {
+      section.append((body = element("div", "thinking-text")));
+      this.thinkingSince = performance.now();
+    }
     body.textContent += text;
+    delete section.dataset.settled;  // more thinking: its time is counted again
+  }
+  // The answer began: Thinking folds away, saying how long it took (open it to read).
+  settleThinking() {
+    const section = this.sections.thinking;
+    if (!section || section.dataset.settled) return;
+    section.dataset.settled = "true";
+    section.open = false;
+    const seconds = Math.max(1, Math.round((performance.now() - this.thinkingSince) / 1000));
+    section.querySelector("summary").textContent = `Thought for ${seconds} s`;
   }
   // Name and status only: a tool's arguments and results never reach these pages.
   tool(frame) {
