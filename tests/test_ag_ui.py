@@ -103,6 +103,17 @@ def test_a_taken_run_id_gets_a_new_one(node: str, live: LiveServer) -> None:
     assert second["runs"][0]["error"] is None
 
 
+def test_without_a_run_id_the_server_names_the_run(live: LiveServer) -> None:
+    body = {
+        "threadId": str(uuid.uuid4()),
+        "messages": [{"id": "m1", "role": "user", "content": "Write 2 words"}],
+    }
+    with live.client() as http, http.stream("POST", "/api/agents/demo/ag-ui", json=body) as r:
+        events = [e.json() for e in read_events(r)]
+    assert events[0]["runId"].startswith("run_")
+    assert native_run(live, events[0]["runId"])["status"] == "completed"
+
+
 def test_a_failing_run_is_a_run_error(node: str, live: LiveServer) -> None:
     (run,) = drive(node, live, "broken", {"message": "hi"})["runs"]
     assert run["events"][-1]["type"] == "RUN_ERROR"
@@ -157,6 +168,7 @@ def test_every_event_is_one_the_protocol_defines(live: LiveServer, agent: str) -
     ("body", "field"),
     [
         ({"threadId": "t", "runId": "r"}, "messages"),
+        ({"runId": "r", "messages": []}, "threadId"),
         ({"threadId": "t", "runId": "r", "messages": []}, "messages"),
         (
             {

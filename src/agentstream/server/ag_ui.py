@@ -39,11 +39,18 @@ RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 """A client's ``runId`` that can be a run's id as it is."""
 
 
+class RunInput(RunAgentInput):
+    """AG-UI's ``RunAgentInput``, with ``runId`` optional: without one, the server names
+    the run (``RUN_STARTED`` says how)."""
+
+    run_id: str | None = None  # type: ignore[assignment]
+
+
 @router.post(
     "/{agent_id}/ag-ui",
     responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
 )
-async def run_agent(agent_id: str, body: RunAgentInput, svc: Svc, caller: Caller) -> Any:
+async def run_agent(agent_id: str, body: RunInput, svc: Svc, caller: Caller) -> Any:
     """Run the agent on the thread's new message, or, with ``resume``, continue the run
     that stopped for approvals. Leaving a new run's stream cancels it."""
     agent = await agent_or_404(svc, agent_id)
@@ -61,7 +68,7 @@ async def run_agent(agent_id: str, body: RunAgentInput, svc: Svc, caller: Caller
         shown = continued(view, after, view.opening)
         return await follow(svc.supervisor, run_id, persisted, shown, after=0, keepalive=keepalive)
     message = _new_message(body)
-    wanted = body.run_id if RUN_ID.fullmatch(body.run_id) else None
+    wanted = body.run_id if body.run_id and RUN_ID.fullmatch(body.run_id) else None
     if wanted is not None and await svc.store.run_exists(wanted):
         wanted = None  # taken: a new id, which RUN_STARTED gives
     started = await svc.runs.start(
@@ -71,7 +78,7 @@ async def run_agent(agent_id: str, body: RunAgentInput, svc: Svc, caller: Caller
     return stream_started(svc.supervisor, started.run_id, view, keepalive=keepalive)
 
 
-def _new_message(body: RunAgentInput) -> str:
+def _new_message(body: RunInput) -> str:
     """The text of the last message, which must be the user's."""
     last = body.messages[-1] if body.messages else None
     if not isinstance(last, UserMessage):
