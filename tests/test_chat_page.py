@@ -8,8 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
+from agentstream.agents import AgentSpec
+from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
+from agentstream.providers.scripted import ScriptedModel
 from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -39,7 +43,14 @@ def test_streams_the_answer_with_thinking_and_tools(
     paced: LiveServer, page: Page, tmp_path: Path
 ) -> None:
     requests: list[dict[str, str]] = []
-    page.on("request", lambda r: requests.append(r.headers) if r.method == "POST" else None)
+    page.on(
+        "request",
+        lambda r: (
+            requests.append(r.headers)
+            if r.method == "POST" and r.url.endswith("/api/chat/your-slug")
+            else None
+        ),
+    )
     page.add_init_script(RECORD_ANSWERS)
     page.goto(f"{paced.url}/chat/your-slug")
     playwright.expect(page.locator("h1")).to_have_text("agentstream demo")
@@ -77,10 +88,12 @@ def test_a_workflow_deployment_shows_its_blocks_one_after_the_other(
     answer = page.locator(".assistant .answer").last
     playwright.expect(answer).to_contain_text("The current time is")
     playwright.expect(page.locator("#send")).to_be_visible()
-    text = answer.text_content() or ""
-    assert text.startswith("The answer is 391.\n\nThe current time is"), text
-    states: list[str] = page.evaluate("window.answerStates")
-    assert "The answer is 391.\n\nLet me use the current_time tool." in states
+    blocks = answer.locator(".block")
+    playwright.expect(blocks).to_have_count(2)  # one after the other, each its own
+    playwright.expect(blocks.nth(0)).to_have_text("The answer is 391.")
+    playwright.expect(blocks.nth(1)).to_contain_text("The current time is")
+    states = [state.replace("\n", "") for state in page.evaluate("window.answerStates")]
+    assert "The answer is 391.Let me use the current_time tool." in states
     assert "The answer is 391." in states, "the clock block's reset kept the first block's text"
 
 
@@ -238,3 +251,78 @@ def test_an_answer_waiting_for_approval_shows_so(paced: LiveServer, page: Page) 
     playwright.expect(page.locator(".assistant .error").last).to_contain_text(
         "The answer to your last message is waiting for an approval."
     )
+
+
+ANSWER_MARKDOWN = [
+    "## Plan\n\n",
+    "Some **bold** and `code`, ",
+    "a [link](https://example.com) and [another](javascript:window.pwned=1).\n\n",
+    "<script>window.pwned = 2</script>\n\n",
+    '<img src="x" onerror="window.pwned = 3">\n\n',
+    "```python\nprint(1)\n```\n\n",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n",
+]
+
+
+def writes_markdown(request: ModelRequest) -> list[ModelPart]:
+    return [*(TextPart(piece) for piece in ANSWER_MARKDOWN), TurnEndPart("end_turn")]
+
+
+@pytest.fixture(scope="module")
+def markdown_chat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    settings = make_settings(tmp_path_factory.mktemp("markdown"))
+    agents = [AgentSpec(id="writer", model="writer")]
+    models = [ScriptedModel("writer", writes_markdown, delay=0.3)]
+    with serve(settings, agents=agents, models=models) as live:
+        with live.client() as client:
+            client.post("/api/chat-deployments", json={"slug": "writer", "agent_id": "writer"})
+        yield live
+
+
+def test_answers_are_markdown_rendered_as_they_stream_and_nothing_in_them_runs(
+    markdown_chat: LiveServer, page: Page
+) -> None:
+    page.goto(f"{markdown_chat.url}/chat/writer")
+    page.fill("#input", "Plan it")
+    page.press("#input", "Enter")
+    answer = page.locator(".assistant .answer").last
+    playwright.expect(answer.locator("h2")).to_have_text("Plan")
+    playwright.expect(answer.locator("strong")).to_have_text("bold")
+    assert page.locator("#stop").is_visible(), "rendered while it streams"
+
+    playwright.expect(answer.locator("table td").first).to_have_text("1")
+    playwright.expect(answer.locator("pre code")).to_have_text("print(1)\n")
+    playwright.expect(answer.locator("button.copy")).to_have_count(1)
+    playwright.expect(answer.locator("a")).to_have_count(1)  # no javascript: link
+    link = answer.locator("a")
+    playwright.expect(link).to_have_attribute("href", "https://example.com")
+    playwright.expect(link).to_have_attribute("rel", "noopener noreferrer nofollow")
+    assert answer.locator("script, img[onerror]").count() == 0
+    playwright.expect(answer).to_contain_text("<script>window.pwned = 2</script>")  # as text
+    assert page.evaluate("window.pwned") is None
+
+    page.reload()  # the conversation comes back rendered
+    playwright.expect(page.locator(".assistant .answer").last.locator("strong")).to_have_text(
+        "bold"
+    )
+
+
+def test_the_renderer_is_for_the_chat_s_visitors(markdown_chat: LiveServer) -> None:
+    with markdown_chat.client() as client:
+        client.post(
+            "/api/chat-deployments",
+            json={
+                "slug": "closed",
+                "agent_id": "writer",
+                "access": "password",
+                "password": "open sesame",
+            },
+        )
+    with httpx.Client(base_url=markdown_chat.url) as visitor:
+        rendered = visitor.post("/api/chat/writer/markdown", json={"text": "**x** <b>y</b>"})
+        closed = visitor.post("/api/chat/closed/markdown", json={"text": "x"})
+        unknown = visitor.post("/api/chat/nowhere/markdown", json={"text": "x"})
+        bad = visitor.post("/api/chat/writer/markdown", json={"text": 5})
+    assert rendered.json() == {"html": "<p><strong>x</strong> &lt;b&gt;y&lt;/b&gt;</p>"}
+    assert (closed.status_code, unknown.status_code) == (401, 404)
+    assert (bad.status_code, bad.json()["error"]["field"]) == (422, "text")

@@ -46,6 +46,7 @@ from agentstream.errors import (
 )
 from agentstream.events import Event
 from agentstream.inputs import InputModel
+from agentstream.markdown import render_markdown
 from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
@@ -216,6 +217,25 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
         includeThinking=s.include_thinking and inside,
         includeToolCalls=s.include_tool_calls and inside,
     )
+
+
+class MarkdownIn(InputModel):
+    text: str = Field(max_length=1_000_000)
+    """An answer's text, as far as it has come."""
+
+
+class MarkdownOut(BaseModel):
+    html: str
+    """The text as Markdown, rendered and sanitized: safe to set as a page's HTML."""
+
+
+@router.post("/{slug}/markdown")
+async def markdown(slug: str, body: MarkdownIn, request: Request, svc: Svc) -> MarkdownOut:
+    """The hosted page's renderer: an answer's text as HTML, for visitors of the chat."""
+    deployment = await deployment_or_404(svc, slug)
+    if not await _has_access(svc, deployment, request):
+        raise _not_signed_in(deployment.settings)
+    return MarkdownOut(html=render_markdown(body.text))
 
 
 def _name(deployment: StoredDeployment) -> str:

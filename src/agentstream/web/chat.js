@@ -1,6 +1,8 @@
 // The hosted chat page. It always sends the protocol header, so it gets answer text live
 // (appending `chunk`, honouring `chunk_reset`) and, where the deployment allows, thinking
-// and tool frames. Text from the server is only ever set with textContent. The page follows
+// and tool frames. Answers are Markdown, rendered and sanitized by the server
+// (`POST /api/chat/{slug}/markdown`); any other text from the server is only ever set
+// with textContent. The page follows
 // the stream while the reader is at the bottom, and keeps the conversation's messages in
 // the tab's session storage, so a reload shows them again.
 "use strict";
@@ -50,6 +52,60 @@ async function errorMessage(response) {
   }
 }
 
+// The server's Markdown rendering of a text (sanitized there: safe to set as HTML), or null.
+async function markdown(text) {
+  const response = await fetch(`${api}/markdown`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ text }),
+    credentials: "same-origin",
+  });
+  return response.ok ? (await response.json()).html : null;
+}
+
+const RENDER_MS = 250;  // how often a streaming answer is rendered again
+
+// One block of answer text: rendered as Markdown as it grows; what came since the last
+// rendering waits after it as plain text, so every token shows at once.
+class RenderedText {
+  constructor(parent) {
+    this.root = element("div", "block");
+    this.html = element("div", "rendered");
+    this.pending = element("span", "pending");
+    this.root.append(this.html, this.pending);
+    parent.append(this.root);
+    this.raw = "";
+    this.shown = "";
+    this.ticket = 0;
+  }
+  append(text) {
+    this.raw += text;
+    this.pending.textContent += text;
+  }
+  reset() {
+    this.raw = this.shown = "";
+    this.ticket++;
+    this.html.replaceChildren();
+    this.pending.textContent = "";
+  }
+  async render() {
+    const raw = this.raw;
+    if (raw === this.shown) return;
+    const ticket = ++this.ticket;
+    const html = await markdown(raw);
+    if (html === null || ticket !== this.ticket) return;  // a later one, or a reset, won
+    this.html.innerHTML = html;
+    for (const pre of this.html.querySelectorAll("pre")) {
+      const copy = element("button", "copy", "Copy");
+      copy.type = "button";
+      copy.addEventListener("click", () => navigator.clipboard?.writeText(pre.textContent));
+      pre.before(copy);
+    }
+    this.shown = raw;
+    this.pending.textContent = this.raw.slice(raw.length);
+  }
+}
+
 // One assistant message: Thinking and Tools sections above the answer, made on demand.
 class AssistantMessage extends Panels {
   constructor() {
@@ -63,14 +119,21 @@ class AssistantMessage extends Panels {
   // Text is kept per block: a reset takes back only its own block's streamed text.
   append(block, text) {
     this.settleThinking();
-    this.block(block).textContent += text;
+    this.block(block).append(text);
+    this.renderTimer ??= setTimeout(() => this.render(), RENDER_MS);
   }
-  reset(block) { this.block(block).textContent = ""; }
+  reset(block) { this.block(block).reset(); }
   block(id) {
     this.blocks ??= new Map();
-    if (!this.blocks.has(id)) this.answer.append(this.blocks.set(id, element("span")).get(id));
+    if (!this.blocks.has(id)) this.blocks.set(id, new RenderedText(this.answer));
     return this.blocks.get(id);
   }
+  render() {
+    clearTimeout(this.renderTimer);
+    this.renderTimer = undefined;
+    return Promise.all([...(this.blocks?.values() ?? [])].map((block) => block.render()));
+  }
+  get text() { return [...(this.blocks?.values() ?? [])].map((block) => block.raw).join(""); }
   fail(text) {
     this.note = text;
     this.root.append(element("p", "error", text));
@@ -128,7 +191,15 @@ function handle(frame, message) {
 }
 
 function showSaved({ role, text, note }) {
-  const message = element("div", `message ${role}`, text);
+  let message;
+  if (role === "assistant") {
+    message = element("div", "message assistant");
+    const block = new RenderedText(message.appendChild(element("div", "answer")));
+    block.append(text);
+    block.render();
+  } else {
+    message = element("div", `message ${role}`, text);
+  }
   if (note) message.append(element("p", note === "Stopped" ? "stopped-note" : "waiting", note));
   $("conversation").append(message);
 }
@@ -167,8 +238,8 @@ async function send(text) {
     controller = null;
     $("send").hidden = false;
     $("stop").hidden = true;
-    const answer = { role: "assistant", text: message.answer.textContent, note: message.note };
-    remember(conversation, { role: "user", text }, answer);
+    remember(conversation, { role: "user", text }, { role: "assistant", text: message.text, note: message.note });
+    await message.render();
     keepInView();
   }
 }
