@@ -537,6 +537,8 @@ def test_signed_out_visitors_see_only_how_to_sign_in(live: LiveServer) -> None:
         "slug": "quiet",
         "title": "Demo assistant",
         "greeting": "",
+        "accentColor": "#0a84ff",
+        "suggestedPrompts": [],
         "access": "password",
         "authenticated": False,
         "includeThinking": False,

@@ -326,3 +326,33 @@ def test_the_renderer_is_for_the_chat_s_visitors(markdown_chat: LiveServer) -> N
     assert rendered.json() == {"html": "<p><strong>x</strong> &lt;b&gt;y&lt;/b&gt;</p>"}
     assert (closed.status_code, unknown.status_code) == (401, 404)
     assert (bad.status_code, bad.json()["error"]["field"]) == (422, "text")
+
+
+def test_a_deployment_s_colour_and_suggested_prompts(paced: LiveServer, page: Page) -> None:
+    branded = {
+        "slug": "branded",
+        "agent_id": "demo",
+        "title": "Acme help",
+        "accent_color": "#c2410c",
+        "suggested_prompts": ["What is 6 * 7?", "Write 3 words"],
+    }
+    with paced.client() as client:
+        assert client.post("/api/chat-deployments", json=branded).status_code == 201
+        wrong = client.post(
+            "/api/chat-deployments",
+            json={**branded, "slug": "wrong", "accent_color": "orange"},
+        )
+    assert (wrong.status_code, wrong.json()["error"]["field"]) == (422, "accent_color")
+
+    page.goto(f"{paced.url}/chat/branded")
+    prompts = page.locator("#prompts button")
+    playwright.expect(prompts).to_have_text(["What is 6 * 7?", "Write 3 words"])
+    colour = page.evaluate("getComputedStyle(document.getElementById('send')).backgroundColor")
+    assert colour == "rgb(194, 65, 12)"
+
+    prompts.first.click()
+    playwright.expect(page.locator(".message.user")).to_have_text(["What is 6 * 7?"])
+    playwright.expect(page.locator("#prompts")).to_be_hidden()
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("42")
+    page.click("#new-chat")
+    playwright.expect(prompts).to_have_count(2)

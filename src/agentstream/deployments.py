@@ -41,6 +41,9 @@ __all__ = [
 Access = Literal["public", "password", "email", "api_key"]
 Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
 OutputName = Literal["content", "toolCalls", "usage"]
+AccentColor = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
+"""A colour as ``#rrggbb``."""
+Prompt = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
 def reject_null(value: object) -> object:
@@ -62,6 +65,8 @@ class DeploymentUpdate(InputModel):
     output_blocks: list[str] | None = None
     title: str | None = Field(default=None, max_length=200)
     greeting: str | None = Field(default=None, max_length=2_000)
+    accent_color: AccentColor | None = None
+    suggested_prompts: list[Prompt] | None = Field(default=None, max_length=6)
     include_thinking: bool | None = Field(
         default=None, validation_alias=AliasChoices("include_thinking", "includeThinking")
     )
@@ -93,6 +98,10 @@ class DeploymentSettings(InputModel):
     """For a workflow: the blocks whose output is the answer, in this order."""
     title: str = Field(default="", max_length=200)
     greeting: str = Field(default="", max_length=2_000)
+    accent_color: AccentColor = "#0a84ff"
+    """The hosted page's colour: buttons, the user's messages."""
+    suggested_prompts: list[Prompt] = Field(default_factory=list, max_length=6)
+    """Offered on the hosted page before the first message, to send with a click."""
     include_thinking: bool = Field(
         default=False, validation_alias=AliasChoices("include_thinking", "includeThinking")
     )

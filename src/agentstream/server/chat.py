@@ -109,6 +109,8 @@ class ChatInfo(BaseModel):
     slug: str
     title: str
     greeting: str
+    accentColor: str
+    suggestedPrompts: list[str]
     access: str
     authenticated: bool
     includeThinking: bool
@@ -212,6 +214,8 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
         slug=s.slug,
         title=s.title or _name(deployment) or s.slug,
         greeting=s.greeting if inside else "",
+        accentColor=s.accent_color,
+        suggestedPrompts=s.suggested_prompts if inside else [],
         access=s.access,
         authenticated=inside,
         includeThinking=s.include_thinking and inside,

@@ -15,6 +15,7 @@ const conversationKey = `agentstream:conversation:${slug}`;
 let conversationId = sessionStorage.getItem(conversationKey) || crypto.randomUUID();
 let controller = null;
 let greeting = null;
+let prompts = [];  // the deployment's suggested prompts, offered while nothing is said
 let following = true;  // the reader is at the bottom: new text scrolls into view
 
 addEventListener("scroll", () => {
@@ -204,7 +205,19 @@ function showSaved({ role, text, note }) {
   $("conversation").append(message);
 }
 
+function offerPrompts() {
+  const box = $("prompts");
+  box.replaceChildren(...prompts.map((prompt) => {
+    const button = element("button", "prompt", prompt);
+    button.type = "button";
+    button.addEventListener("click", () => controller || send(prompt));
+    return button;
+  }));
+  box.hidden = !prompts.length || !!document.querySelector(".message.user") || $("composer").hidden;
+}
+
 async function send(text) {
+  $("prompts").hidden = true;
   $("conversation").append(element("div", "message user", text));
   following = true;
   keepInView();
@@ -251,6 +264,7 @@ function newChat() {
   sessionStorage.setItem(conversationKey, conversationId);
   $("conversation").replaceChildren();
   if (greeting) showSaved({ role: "assistant", text: greeting });
+  offerPrompts();
   setStatus("");
   $("input").focus();
 }
@@ -290,9 +304,11 @@ async function signIn(event) {
   $("signin").hidden = true;
   $("composer").hidden = false;
   setStatus("");
-  const info = await loadInfo();  // the greeting is for signed-in visitors
+  const info = await loadInfo();  // the greeting and prompts are for signed-in visitors
   greeting = info.greeting;
+  prompts = info.suggestedPrompts;
   if (greeting) showSaved({ role: "assistant", text: greeting });
+  offerPrompts();
 }
 
 async function start() {
@@ -305,12 +321,15 @@ async function start() {
   }
   document.title = info.title;
   $("title").textContent = info.title;
+  document.documentElement.style.setProperty("--accent", info.accentColor);
+  prompts = info.suggestedPrompts;
   greeting = info.greeting;
   if (greeting) showSaved({ role: "assistant", text: greeting });
   for (const entry of transcript()) showSaved(entry);
   keepInView();
   if (info.authenticated) $("composer").hidden = false;
   else showSignIn(info);
+  offerPrompts();
   $("signin-form").addEventListener("submit", signIn);
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
