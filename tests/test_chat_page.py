@@ -10,11 +10,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 
 from agentstream.agents import AgentSpec
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
 from agentstream.providers.scripted import ScriptedModel
 from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
+from fakes.server import run_app
 
 playwright = pytest.importorskip("playwright.sync_api")
 if TYPE_CHECKING:
@@ -356,3 +361,46 @@ def test_a_deployment_s_colour_and_suggested_prompts(paced: LiveServer, page: Pa
     playwright.expect(page.locator(".assistant .answer").last).to_contain_text("42")
     page.click("#new-chat")
     playwright.expect(prompts).to_have_count(2)
+
+
+def test_the_widget_opens_the_chat_on_a_site_the_deployment_allows(
+    paced: LiveServer, page: Page
+) -> None:
+    """A page of another origin (another port) includes the script; only the origins the
+    deployment lists may frame the chat."""
+
+    async def site(request: Request) -> HTMLResponse:
+        slug = request.path_params["slug"]
+        return HTMLResponse(
+            f"<!doctype html><title>Shop</title><h1>Shop</h1>"
+            f'<script src="{paced.url}/chat/{slug}/widget.js" async></script>'
+        )
+
+    shop = Starlette(routes=[Route("/{slug}", site)])
+    with run_app(shop, name="The shop") as shop_url:
+        with paced.client() as client:
+            embedded = {"slug": "embedded", "agent_id": "demo", "embed_origins": [shop_url]}
+            assert client.post("/api/chat-deployments", json=embedded).status_code == 201
+            wrong = {**embedded, "slug": "wrong", "embed_origins": ["https://shop.example/path"]}
+            refused = client.post("/api/chat-deployments", json=wrong)
+        assert (refused.status_code, refused.json()["error"]["field"]) == (
+            422,
+            "embed_origins.0",
+        )
+        with paced.client() as client:
+            allowed = httpx.get(f"{paced.url}/chat/embedded")
+            closed = httpx.get(f"{paced.url}/chat/your-slug")
+        assert f"frame-ancestors {shop_url}" in allowed.headers["content-security-policy"]
+        assert "x-frame-options" not in allowed.headers
+        assert "frame-ancestors 'none'" in closed.headers["content-security-policy"]
+        assert closed.headers["x-frame-options"] == "DENY"
+
+        page.goto(f"{shop_url}/embedded")
+        page.click("#agentstream-launcher")
+        chat = page.frame_locator("#agentstream-chat")
+        playwright.expect(chat.locator("#input")).to_be_visible()
+        chat.locator("#input").fill("What is 17 * 23?")
+        chat.locator("#input").press("Enter")
+        playwright.expect(chat.locator(".assistant .answer").last).to_contain_text("391")
+        page.click("#agentstream-launcher")
+        playwright.expect(page.locator("#agentstream-chat")).to_be_hidden()

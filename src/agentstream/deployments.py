@@ -44,6 +44,8 @@ OutputName = Literal["content", "toolCalls", "usage"]
 AccentColor = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
 """A colour as ``#rrggbb``."""
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Origin = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+$", max_length=300)]
+"""A site's origin as a browser sends it: ``scheme://host[:port]``."""
 
 
 def reject_null(value: object) -> object:
@@ -67,6 +69,7 @@ class DeploymentUpdate(InputModel):
     greeting: str | None = Field(default=None, max_length=2_000)
     accent_color: AccentColor | None = None
     suggested_prompts: list[Prompt] | None = Field(default=None, max_length=6)
+    embed_origins: list[Origin] | None = Field(default=None, max_length=50)
     include_thinking: bool | None = Field(
         default=None, validation_alias=AliasChoices("include_thinking", "includeThinking")
     )
@@ -102,6 +105,8 @@ class DeploymentSettings(InputModel):
     """The hosted page's colour: buttons, the user's messages."""
     suggested_prompts: list[Prompt] = Field(default_factory=list, max_length=6)
     """Offered on the hosted page before the first message, to send with a click."""
+    embed_origins: list[Origin] = Field(default_factory=list, max_length=50)
+    """Sites that may show the hosted page in their own (``widget.js``); none by default."""
     include_thinking: bool = Field(
         default=False, validation_alias=AliasChoices("include_thinking", "includeThinking")
     )

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
 
 import anyio
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 
@@ -46,7 +46,7 @@ from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
 from agentstream.server.openai import router as openai_router
 from agentstream.server.openapi import document_errors
-from agentstream.server.pages import StaticAssets, page
+from agentstream.server.pages import StaticAssets, page, script
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services
 from agentstream.server.sessions import router as sessions_router
@@ -223,9 +223,18 @@ def create_app(
     document_errors(app)
 
     @app.get("/chat/{slug}", include_in_schema=False)
-    async def chat_page(slug: str) -> FileResponse:
-        """The hosted chat page; it reads the deployment from its URL."""
-        return page("chat.html")
+    async def chat_page(slug: str, request: Request) -> FileResponse:
+        """The hosted chat page; it reads the deployment from its URL. The sites the
+        deployment lists in ``embed_origins`` may frame it (``widget.js``)."""
+        deployment = await request.app.state.services.store.get_deployment(slug)
+        embed = deployment.settings.embed_origins if deployment is not None else []
+        return page("chat.html", embed_origins=embed)
+
+    @app.get("/chat/{slug}/widget.js", include_in_schema=False)
+    async def chat_widget(slug: str) -> FileResponse:
+        """A launcher bubble that opens the chat on another site (which the deployment
+        lists in ``embed_origins``)."""
+        return script("widget.js")
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -5,6 +5,7 @@ other sites, no URL (with its execution or chat id) leaked in ``Referer``."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 
@@ -13,22 +14,27 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import Scope
 
-__all__ = ["PAGE_HEADERS", "WEB", "StaticAssets", "page"]
+__all__ = ["PAGE_HEADERS", "WEB", "StaticAssets", "page", "script"]
 
 WEB = Path(str(files("agentstream.web")))
 
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'none'",
-        "script-src 'self'",  # the pages' scripts are files in /static: nothing inline
-        "style-src 'self'",  # so are their styles (scripts set positions through the CSSOM)
-        "img-src 'self' data:",
-        "connect-src 'self'",  # the API they call and stream from
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
+
+def _policy(frame_ancestors: str) -> str:
+    return "; ".join(
+        [
+            "default-src 'none'",
+            "script-src 'self'",  # the pages' scripts are files in /static: nothing inline
+            "style-src 'self'",  # so are their styles (scripts set positions through the CSSOM)
+            "img-src 'self' data:",
+            "connect-src 'self'",  # the API they call and stream from
+            "base-uri 'none'",
+            "form-action 'self'",
+            f"frame-ancestors {frame_ancestors}",
+        ]
+    )
+
+
+CONTENT_SECURITY_POLICY = _policy("'none'")
 
 PAGE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -38,9 +44,23 @@ PAGE_HEADERS = {
 }
 
 
-def page(name: str) -> FileResponse:
-    """The page ``name`` from the web directory, with ``PAGE_HEADERS``."""
-    return FileResponse(WEB / name, headers=PAGE_HEADERS)
+def page(name: str, *, embed_origins: Sequence[str] = ()) -> FileResponse:
+    """The page ``name`` from the web directory, with ``PAGE_HEADERS``; one that the sites
+    ``embed_origins`` may show in a frame of theirs (and no other site)."""
+    headers = PAGE_HEADERS
+    if embed_origins:
+        headers = {k: v for k, v in PAGE_HEADERS.items() if k != "X-Frame-Options"}
+        headers["Content-Security-Policy"] = _policy(" ".join(embed_origins))
+    return FileResponse(WEB / name, headers=headers)
+
+
+def script(name: str) -> FileResponse:
+    """A script other sites include (``widget.js``): served as what it is, and nothing more."""
+    return FileResponse(
+        WEB / name,
+        media_type="text/javascript",
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "max-age=300"},
+    )
 
 
 class StaticAssets(StaticFiles):
