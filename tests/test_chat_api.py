@@ -543,6 +543,7 @@ def test_signed_out_visitors_see_only_how_to_sign_in(live: LiveServer) -> None:
         "authenticated": False,
         "includeThinking": False,
         "includeToolCalls": False,
+        "includeCitations": False,
     }
 
 

@@ -20,6 +20,7 @@ from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEn
 from agentstream.providers.scripted import ScriptedModel
 from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
 from fakes.server import run_app
+from test_knowledge import HANDBOOK, create_base, upload
 
 playwright = pytest.importorskip("playwright.sync_api")
 if TYPE_CHECKING:
@@ -404,3 +405,33 @@ def test_the_widget_opens_the_chat_on_a_site_the_deployment_allows(
         playwright.expect(chat.locator(".assistant .answer").last).to_contain_text("391")
         page.click("#agentstream-launcher")
         playwright.expect(page.locator("#agentstream-chat")).to_be_hidden()
+
+
+def test_an_answer_s_sources_show_as_cards_when_the_deployment_allows(
+    markdown_chat: LiveServer, page: Page
+) -> None:
+    with markdown_chat.client(timeout=60) as client:
+        kb = create_base(client)
+        assert upload(client, kb["id"], "handbook.md", HANDBOOK.encode()).status_code == 201
+        agent = {"id": "librarian", "model": "offline", "knowledge_bases": [kb["id"]]}
+        assert client.post("/api/agents", json=agent).status_code == 201
+        for slug, cited in (("cited", True), ("uncited", False)):
+            deployment = {"slug": slug, "agent_id": "librarian", "includeCitations": cited}
+            assert client.post("/api/chat-deployments", json=deployment).status_code == 201
+
+    page.goto(f"{markdown_chat.url}/chat/cited")
+    page.fill("#input", "How early must flights be booked?")
+    page.press("#input", "Enter")
+    card = page.locator(".assistant .source").first
+    playwright.expect(card.locator(".source-title")).to_have_text("[1] handbook.md")
+    playwright.expect(card.locator(".source-excerpt")).to_contain_text("fourteen days")
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("[1]")
+    page.reload()  # the cards come back with the conversation
+    playwright.expect(page.locator(".assistant .source").first).to_contain_text("handbook.md")
+
+    page.goto(f"{markdown_chat.url}/chat/uncited")
+    page.fill("#input", "How early must flights be booked?")
+    page.press("#input", "Enter")
+    playwright.expect(page.locator(".assistant .answer").last).to_contain_text("[1]")
+    playwright.expect(page.locator("#send")).to_be_visible()
+    assert page.locator(".source").count() == 0

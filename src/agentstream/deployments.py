@@ -76,6 +76,9 @@ class DeploymentUpdate(InputModel):
     include_tool_calls: bool | None = Field(
         default=None, validation_alias=AliasChoices("include_tool_calls", "includeToolCalls")
     )
+    include_citations: bool | None = Field(
+        default=None, validation_alias=AliasChoices("include_citations", "includeCitations")
+    )
     outputs: list[OutputName] | None = None
     access: Access | None = None
     password: str | None = Field(default=None, min_length=8, max_length=200)
@@ -115,6 +118,11 @@ class DeploymentSettings(InputModel):
         default=False, validation_alias=AliasChoices("include_tool_calls", "includeToolCalls")
     )
     """Tool lifecycle frames (name and status), for clients that send the protocol header."""
+    include_citations: bool = Field(
+        default=False, validation_alias=AliasChoices("include_citations", "includeCitations")
+    )
+    """The passages an answer cites (document, page, an excerpt), for the hosted page's
+    source cards: never a tool's arguments."""
     outputs: list[OutputName] = Field(default=["content", "toolCalls"])
     """What the final envelope's ``output`` holds."""
     access: Access = "public"

@@ -44,7 +44,7 @@ from agentstream.errors import (
     Unavailable,
     UserError,
 )
-from agentstream.events import Event
+from agentstream.events import ContextHandlerCreated, Event
 from agentstream.inputs import InputModel
 from agentstream.markdown import render_markdown
 from agentstream.redaction import redact
@@ -115,6 +115,21 @@ class ChatInfo(BaseModel):
     authenticated: bool
     includeThinking: bool
     includeToolCalls: bool
+    includeCitations: bool
+
+
+class Source(BaseModel):
+    """A passage an answer cites, as a source card shows it."""
+
+    number: int
+    """As the answer cites it: ``[1]`` is number 1."""
+    document: str
+    page: int | None
+    excerpt: str
+    """The passage's start, up to ``EXCERPT`` characters."""
+
+
+EXCERPT = 240
 
 
 def _cookie(slug: str) -> str:
@@ -220,6 +235,7 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
         authenticated=inside,
         includeThinking=s.include_thinking and inside,
         includeToolCalls=s.include_tool_calls and inside,
+        includeCitations=s.include_citations and inside,
     )
 
 
@@ -331,6 +347,43 @@ async def _stream(
             logger.warning("Chat %r cannot answer: %s", settings.slug, exc.message)
             raise ModelUnavailable(UNAVAILABLE) from None
         raise
+
+
+@router.get("/{slug}/runs/{run_id}/sources")
+async def answer_sources(
+    slug: str,
+    run_id: str,
+    request: Request,
+    svc: Svc,
+    conversation_id: Annotated[str, Query(alias="conversationId", pattern=CONVERSATION_ID)],
+) -> list[Source]:
+    """The passages the answer ``run_id`` retrieved with ``knowledge_search``, numbered as
+    it cites them, when the deployment shows citations (``include_citations``); else none."""
+    deployment = await deployment_or_404(svc, slug)
+    if not await _has_access(svc, deployment, request):
+        raise _not_signed_in(deployment.settings)
+    events = await (await _answer_events(svc, deployment, run_id, conversation_id))()
+    if not deployment.settings.include_citations:
+        return []
+    sources: list[Source] = []
+    for event in events:
+        if isinstance(event, ContextHandlerCreated):
+            handler = await svc.knowledge.store.get_handler(event.context_handler_id)
+            sources += [
+                Source(
+                    number=c.number,
+                    document=c.document_name,
+                    page=c.page,
+                    excerpt=_excerpt(c.text),
+                )
+                for c in (handler.citations if handler is not None else [])
+            ]
+    return sources
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= EXCERPT else flat[: EXCERPT - 1].rsplit(" ", 1)[0] + "…"
 
 
 @router.get("/{slug}/runs/{run_id}/stream", response_class=Response, responses=SSE_RESPONSE)

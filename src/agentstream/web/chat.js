@@ -16,6 +16,7 @@ let conversationId = sessionStorage.getItem(conversationKey) || crypto.randomUUI
 let controller = null;
 let greeting = null;
 let prompts = [];  // the deployment's suggested prompts, offered while nothing is said
+let citations = false;  // the deployment shows the passages an answer cites
 let following = true;  // the reader is at the bottom: new text scrolls into view
 
 addEventListener("scroll", () => {
@@ -139,6 +140,11 @@ class AssistantMessage extends Panels {
     this.note = text;
     this.root.append(element("p", "error", text));
   }
+  // The passages the answer cites, as numbered cards under it.
+  sources(list) {
+    this.cited = list;
+    showSources(this.root, list);
+  }
   stopped() {
     this.note = "Stopped";
     this.root.classList.add("stopped");
@@ -191,7 +197,29 @@ function handle(frame, message) {
   }
 }
 
-function showSaved({ role, text, note }) {
+function showSources(parent, list) {
+  if (!list?.length) return;
+  const cards = element("ol", "sources");
+  for (const source of list) {
+    const card = element("li", "source");
+    card.value = source.number;
+    const where = source.page ? `${source.document}, page ${source.page}` : source.document;
+    card.append(element("span", "source-title", `[${source.number}] ${where}`));
+    card.append(element("p", "source-excerpt", source.excerpt));
+    cards.append(card);
+  }
+  parent.append(cards);
+}
+
+async function loadSources(runId) {
+  const query = new URLSearchParams({ conversationId });
+  const response = await fetch(`${api}/runs/${encodeURIComponent(runId)}/sources?${query}`, {
+    credentials: "same-origin",
+  });
+  return response.ok ? response.json() : [];
+}
+
+function showSaved({ role, text, note, sources }) {
   let message;
   if (role === "assistant") {
     message = element("div", "message assistant");
@@ -202,6 +230,7 @@ function showSaved({ role, text, note }) {
     message = element("div", `message ${role}`, text);
   }
   if (note) message.append(element("p", note === "Stopped" ? "stopped-note" : "waiting", note));
+  showSources(message, sources);
   $("conversation").append(message);
 }
 
@@ -244,6 +273,8 @@ async function send(text) {
       handle(frame, message);
       keepInView();
     }
+    const runId = response.headers.get("X-Run-Id");
+    if (citations && runId) message.sources(await loadSources(runId));
   } catch (error) {
     if (error.name === "AbortError") message.stopped();
     else message.fail(`Connection lost: ${error.message}`);
@@ -251,7 +282,8 @@ async function send(text) {
     controller = null;
     $("send").hidden = false;
     $("stop").hidden = true;
-    remember(conversation, { role: "user", text }, { role: "assistant", text: message.text, note: message.note });
+    const answer = { role: "assistant", text: message.text, note: message.note, sources: message.cited };
+    remember(conversation, { role: "user", text }, answer);
     await message.render();
     keepInView();
   }
@@ -307,6 +339,7 @@ async function signIn(event) {
   const info = await loadInfo();  // the greeting and prompts are for signed-in visitors
   greeting = info.greeting;
   prompts = info.suggestedPrompts;
+  citations = info.includeCitations;
   if (greeting) showSaved({ role: "assistant", text: greeting });
   offerPrompts();
 }
@@ -323,6 +356,7 @@ async function start() {
   $("title").textContent = info.title;
   document.documentElement.style.setProperty("--accent", info.accentColor);
   prompts = info.suggestedPrompts;
+  citations = info.includeCitations;
   greeting = info.greeting;
   if (greeting) showSaved({ role: "assistant", text: greeting });
   for (const entry of transcript()) showSaved(entry);
