@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -45,9 +46,16 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield live
 
 
-def test_streams_the_answer_with_thinking_and_tools(
-    paced: LiveServer, page: Page, tmp_path: Path
-) -> None:
+ARTIFACTS = Path(os.environ.get("AGENTSTREAM_TEST_ARTIFACTS", "test-artifacts"))
+"""Where the page tests save their screenshots (ignored by git; CI can keep the folder)."""
+
+
+def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def test_streams_the_answer_with_thinking_and_tools(paced: LiveServer, page: Page) -> None:
     requests: list[dict[str, str]] = []
     page.on(
         "request",
@@ -68,11 +76,12 @@ def test_streams_the_answer_with_thinking_and_tools(
     thinking = page.locator(".assistant details.thinking").last
     playwright.expect(thinking).to_be_visible()
     playwright.expect(thinking).to_contain_text("calculator")
+    screenshot(page, "chat-mid-stream.png")
     playwright.expect(page.locator(".tool").last).to_have_attribute("data-status", "success")
     playwright.expect(page.locator(".tool").last).to_have_text("calculator")
     playwright.expect(answer).to_have_text("The answer is 391.")
     playwright.expect(page.locator("#send")).to_be_visible()
-    page.screenshot(path=str(tmp_path / "chat.png"))
+    screenshot(page, "chat-finished.png")
 
     states: list[str] = page.evaluate("window.answerStates")
     assert requests[0]["x-sim-stream-protocol"] == "agent-events-v1"
