@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from base64 import urlsafe_b64decode, urlsafe_b64encode
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
-from agentstream.errors import Conflict, NotFound
+from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
@@ -54,6 +55,90 @@ class RunOut(BaseModel):
     """Tool calls that waited for a person, with who decided what and when."""
     events: list[dict[str, Any]]
     """The persisted events in order, as streamed (with their ``seq``): no token deltas."""
+
+
+RunStatus = Literal[
+    "running", "awaiting_approval", "completed", "error", "timeout", "cancelled", "interrupted"
+]
+
+
+class RunSummary(BaseModel):
+    id: str
+    agent_id: str
+    session_id: str
+    status: str
+    input: str
+    error: str | None
+    usage: UsageJSON
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RunPage(BaseModel):
+    runs: list[RunSummary]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null on the last one."""
+
+
+@router.get("")
+async def list_runs(
+    svc: Svc,
+    agent_id: Annotated[str | None, Query(max_length=100)] = None,
+    status: RunStatus | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> RunPage:
+    """Agent runs, newest first: of one agent, in one status, created from ``since`` and
+    before ``until`` (ISO 8601; without a zone, UTC); a page at a time."""
+    after = None if cursor is None else _read_cursor(cursor)
+    runs = await svc.store.list_runs(
+        agent_id=agent_id,
+        status=status,
+        since=_utc(since),
+        until=_utc(until),
+        after=after,
+        limit=limit,
+    )
+    last = runs[-1] if len(runs) == limit else None
+    return RunPage(
+        runs=[
+            RunSummary(
+                id=run.id,
+                agent_id=run.agent_id,
+                session_id=run.session_id,
+                status=run.status,
+                input=run.input,
+                error=run.error,
+                usage=UsageJSON(**usage_json(run.usage)),
+                created_at=run.created_at,
+                finished_at=run.finished_at,
+            )
+            for run in runs
+        ],
+        next_cursor=None if last is None else _write_cursor(last.created_at, last.id),
+    )
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _write_cursor(created: datetime, run_id: str) -> str:
+    return urlsafe_b64encode(f"{created.isoformat()}|{run_id}".encode()).decode()
+
+
+def _read_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, run_id = urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
+        moment = _utc(datetime.fromisoformat(created))
+    except ValueError:
+        raise UserError("is not a cursor this API gave", field="cursor") from None
+    assert moment is not None
+    return moment, run_id
 
 
 @router.get("/{run_id}")

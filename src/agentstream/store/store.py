@@ -18,7 +18,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Row, bindparam, delete, event, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, delete, event, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -378,6 +378,39 @@ class Store:
             usage=usage,
             memory=memory,
         )
+
+    async def list_runs(
+        self,
+        *,
+        agent_id: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 50,
+    ) -> list[RunRecord]:
+        """Agent runs, newest first, that match every filter given; ``after`` is where the
+        previous page ended (its last run's creation time and id)."""
+        query = select(RunRow).where(RunRow.kind == "agent")
+        if agent_id is not None:
+            query = query.where(RunRow.agent_id == agent_id)
+        if status is not None:
+            query = query.where(RunRow.status == status)
+        if since is not None:
+            query = query.where(RunRow.created_at >= since)
+        if until is not None:
+            query = query.where(RunRow.created_at < until)
+        if after is not None:
+            created, run_id = after
+            query = query.where(
+                or_(
+                    RunRow.created_at < created,
+                    and_(RunRow.created_at == created, RunRow.id < run_id),
+                )
+            )
+        query = query.order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit)
+        async with self.db.session() as db:
+            return [_run_record(row) for row in await db.scalars(query)]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The agent run (None for a workflow execution's id)."""
