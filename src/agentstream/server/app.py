@@ -7,9 +7,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
+from typing import Annotated
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 
@@ -48,7 +49,7 @@ from agentstream.server.openai import router as openai_router
 from agentstream.server.openapi import document_errors
 from agentstream.server.pages import StaticAssets, page, script
 from agentstream.server.runs import router as runs_router
-from agentstream.server.services import Services
+from agentstream.server.services import Services, services
 from agentstream.server.sessions import router as sessions_router
 from agentstream.server.ui_messages import router as ui_messages_router
 from agentstream.server.validation import check_request
@@ -223,10 +224,10 @@ def create_app(
     document_errors(app)
 
     @app.get("/chat/{slug}", include_in_schema=False)
-    async def chat_page(slug: str, request: Request) -> FileResponse:
+    async def chat_page(slug: str, svc: Annotated[Services, Depends(services)]) -> FileResponse:
         """The hosted chat page; it reads the deployment from its URL. The sites the
         deployment lists in ``embed_origins`` may frame it (``widget.js``)."""
-        deployment = await request.app.state.services.store.get_deployment(slug)
+        deployment = await svc.store.get_deployment(slug)
         embed = deployment.settings.embed_origins if deployment is not None else []
         return page("chat.html", embed_origins=embed)
 

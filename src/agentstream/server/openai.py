@@ -30,8 +30,9 @@ from agentstream.events import Event, RunCompleted, RunFailed, RunPaused
 from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
+from agentstream.server.runs import cancel
 from agentstream.server.services import Services, services
-from agentstream.server.streams import CLIENT_CANCELLED, DONE, STOP_WAIT, follow, stream_started
+from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
 from agentstream.server.validation import MessageText
 from agentstream.store.store import RunRecord
 from agentstream.views.openai import (
@@ -297,7 +298,7 @@ async def get_response(
     """The response as it stands; with ``stream``, its events from after
     ``starting_after`` (all of them without it), live while it runs."""
     run = await _response_run(svc, response_id)
-    view = ResponseEvents.begin(run.id, model=run.agent_id, created_at=run.created_at.timestamp())
+    view = _stored_view(run)
 
     async def persisted() -> list[Event]:
         return await svc.store.run_events(response_id)
@@ -319,6 +320,11 @@ async def get_response(
     )
 
 
+def _stored_view(run: RunRecord) -> ResponseEvents:
+    """The view of a response read back: what its run record keeps of it."""
+    return ResponseEvents.begin(run.id, model=run.agent_id, created_at=run.created_at.timestamp())
+
+
 def _as_it_stands(view: ResponseEvents, events: Iterable[Event]) -> dict[str, Any]:
     """The response object once ``view`` has seen ``events``."""
     for event in events:
@@ -332,15 +338,10 @@ async def cancel_response(response_id: str, svc: Svc) -> Any:
     """Stop a response that is still going (a background one, say), and answer with it
     once it has ended ``cancelled``."""
     run = await _response_run(svc, response_id)
-    if run.status == "awaiting_approval":
-        await svc.runs.cancel_paused(response_id)
-    elif run.status == "running":
-        await svc.supervisor.stop(response_id, "Response cancelled", wait=STOP_WAIT)
-    else:
+    if not await cancel(svc, run, "Response cancelled"):
         raise Conflict(
             f"Response {response_id!r} has ended (status: {run.status})",
             field="response_id",
             headers=NO_RETRY,
         )
-    view = ResponseEvents.begin(run.id, model=run.agent_id, created_at=run.created_at.timestamp())
-    return _as_it_stands(view, await svc.store.run_events(response_id))
+    return _as_it_stands(_stored_view(run), await svc.store.run_events(response_id))

@@ -16,10 +16,10 @@ from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
-from agentstream.store.store import ApprovalRecord
+from agentstream.store.store import ApprovalRecord, RunRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
-__all__ = ["decide_all", "router"]
+__all__ = ["cancel", "decide_all", "router"]
 
 router = APIRouter(
     prefix="/api/agents/runs", tags=["runs"], dependencies=[Depends(require_api_key)]
@@ -308,6 +308,16 @@ async def decide_all(
     return paused_at
 
 
+async def cancel(svc: Services, run: RunRecord, reason: str) -> bool:
+    """Cancel a run that is going (in whichever process runs it) or waiting for approval,
+    once it has ended; False if it had ended already."""
+    if run.status == "awaiting_approval":
+        return await svc.runs.cancel_paused(run.id)
+    if run.status == "running":
+        return await svc.supervisor.stop(run.id, reason, wait=STOP_WAIT)
+    return False
+
+
 @router.post("/{run_id}/cancel")
 async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
@@ -316,11 +326,7 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
-    cancelled = False
-    if run.status == "awaiting_approval":
-        cancelled = await svc.runs.cancel_paused(run_id)
-    elif run.status == "running":  # in whichever process runs it
-        cancelled = await svc.supervisor.stop(run_id, "Run cancelled", wait=STOP_WAIT)
+    cancelled = await cancel(svc, run, "Run cancelled")
     run = await svc.store.get_run(run_id)
     assert run is not None
     if not cancelled:
