@@ -283,6 +283,25 @@ CHROMIUM_ARGS = [
 ]
 
 
+ARTIFACTS = Path(os.environ.get("AGENTSTREAM_TEST_ARTIFACTS", "test-artifacts"))
+"""Where the page tests save their screenshots (ignored by git; CI can keep the folder)."""
+
+
+def screenshot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def sign_in(page: Any, live: LiveServer) -> None:
+    """Sign the browser in to the console with the demo key, as its sign-in form does."""
+    response = page.request.post(
+        f"{live.url}/api/console/session",
+        data={"api_key": live.key},
+        headers={"Origin": live.url},
+    )
+    assert response.status == 204, response.text()
+
+
 @pytest.fixture
 def page() -> Iterator[Any]:
     """A page in headless Chromium from the Debian packages (Playwright cannot download its

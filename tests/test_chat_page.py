@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -19,7 +17,14 @@ from starlette.routing import Route
 from agentstream.agents import AgentSpec
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
 from agentstream.providers.scripted import ScriptedModel
-from conftest import LiveServer, latest_run_id, make_settings, serve, wait_for_status
+from conftest import (
+    LiveServer,
+    latest_run_id,
+    make_settings,
+    screenshot,
+    serve,
+    wait_for_status,
+)
 from fakes.server import run_app
 from test_knowledge import HANDBOOK, create_base, upload
 
@@ -44,15 +49,6 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     settings = make_settings(tmp_path_factory.mktemp("page"), offline_token_delay=0.05)
     with serve(settings) as live:
         yield live
-
-
-ARTIFACTS = Path(os.environ.get("AGENTSTREAM_TEST_ARTIFACTS", "test-artifacts"))
-"""Where the page tests save their screenshots (ignored by git; CI can keep the folder)."""
-
-
-def screenshot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
 
 def test_streams_the_answer_with_thinking_and_tools(paced: LiveServer, page: Page) -> None:

@@ -14,8 +14,11 @@ from conftest import LiveServer
     "path",
     [
         "/chat/your-slug",
-        "/workflows/demo-pair/run",
-        "/workflows/executions/wfx_0",
+        "/console",
+        "/console/runs/run_0",
+        "/console/workflows/demo-pair/run",
+        "/console/executions/wfx_0",
+        "/static/console.js",
         "/static/chat.js",
         "/static/run.css",
     ],
@@ -36,6 +39,18 @@ def test_pages_and_assets_send_the_security_headers(server: LiveServer, path: st
     assert response.headers["x-frame-options"] == "DENY"
     assert response.headers["referrer-policy"] == "no-referrer"
     assert response.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("/workflows/demo-pair/run", "/console/workflows/demo-pair/run"),
+        ("/workflows/executions/wfx_0", "/console/executions/wfx_0"),
+    ],
+)
+def test_the_run_view_moved_into_the_console(server: LiveServer, old: str, new: str) -> None:
+    response = httpx.get(server.url + old)
+    assert (response.status_code, response.headers["location"]) == (308, new)
 
 
 def test_the_api_is_left_alone(server: LiveServer) -> None:

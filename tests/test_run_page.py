@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LiveServer, make_settings, serve
+from conftest import LiveServer, make_settings, serve, sign_in
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -84,8 +84,8 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def page(page: Any, paced: LiveServer) -> Any:
-    """The browser page, signed in with the API key and recording block states."""
-    page.add_init_script(f"sessionStorage.setItem('agentstream:apikey', {paced.key!r});")
+    """The browser page, signed in to the console and recording block states."""
+    sign_in(page, paced)
     page.add_init_script(RECORD_STATES)
     return page
 
@@ -94,7 +94,7 @@ def test_a_draft_run_is_drawn_live_and_its_replay_ends_the_same(
     paced: LiveServer, page: Any, tmp_path: Path
 ) -> None:
     expect = playwright.expect
-    page.goto(f"{paced.url}/workflows/pair/run")
+    page.goto(f"{paced.url}/console/workflows/pair/run")
     expect(page.locator("h1")).to_have_text("Two agents")
     expect(page.locator(".block")).to_have_count(4)
     expect(page.locator("#edges line")).to_have_count(4)
@@ -130,7 +130,7 @@ def test_a_draft_run_is_drawn_live_and_its_replay_ends_the_same(
         (latest, *_) = client.get("/api/workflows/pair/executions").json()
     assert latest["draft"] is True
 
-    page.goto(f"{paced.url}/workflows/executions/{latest['id']}")
+    page.goto(f"{paced.url}/console/executions/{latest['id']}")
     expect(page.locator("#steps")).to_have_text("4/4 blocks")
     expect(page.locator("#status")).to_have_text("Completed.")
     replayed = page.evaluate(FINAL_STATE)

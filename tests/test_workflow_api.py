@@ -35,6 +35,7 @@ from agentstream.runtime.tools import Tool
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from agentstream.store import Store
 from agentstream.store.database import Database
+from agentstream.store.runs import RunQuery
 from agentstream.store.workflows import WorkflowStore
 from agentstream.views.workflow import WorkflowFrameAdapter
 from agentstream.workflows import WorkflowEngine, parse_workflow
@@ -810,12 +811,20 @@ def test_an_orchestration_block_answers_with_the_coordinators_synthesis(
     coordinator = get_run(live, latest_run_id(live, "crew"))
     assert (coordinator["status"], coordinator["content"]) == ("completed", synthesis)
     assert coordinator["input"] == "north wall shut"
+    execution_id = frames[0]["execution_id"]
+    assert coordinator["parent_run_id"] == execution_id, "the execution started it"
     runs = entity_runs(coordinator)
     assert set(runs) == {"talker", "shouter"}
     for entity, run_id in runs.items():
         run = get_run(live, run_id)
         assert (run["agent_id"], run["status"]) == (entity, "completed")
         assert run["content"] == results[f"delegate_to_{entity}"]
+        assert run["parent_run_id"] == coordinator["id"], "the coordinator started it"
+    with live.client() as client:
+        started = client.get("/api/agents/runs", params={"parent_run_id": execution_id}).json()
+        delegated = client.get("/api/agents/runs", params={"parent_run_id": coordinator["id"]})
+    assert [r["id"] for r in started["runs"]] == [coordinator["id"]]
+    assert {r["id"] for r in delegated.json()["runs"]} == set(runs.values())
 
 
 def test_an_orchestration_block_refuses_an_agent_that_delegates_to_no_one(
@@ -925,7 +934,7 @@ async def test_a_start_cancelled_once_recorded_still_runs_the_execution_to_a_tru
                 await workflows.recorded.wait()
                 starter.cancel_scope.cancel()  # the client went away
                 workflows.go_on.set()
-            [record] = await workflows.list_executions("echo")
+            [record] = await workflows.list_executions(RunQuery(kind="workflow", owner_id="echo"))
             assert record.id in supervisor.log, "recorded, so started"
             following = supervisor.log.subscribe(record.id)
             with anyio.fail_after(10):

@@ -94,7 +94,7 @@ class RuntimeOrchestrationRunner:
         self.agents = agents
 
     async def run_orchestration(
-        self, orchestration: str, message: str, *, events: AgentEvents
+        self, orchestration: str, message: str, *, events: AgentEvents, execution_id: str
     ) -> str:
         coordinator = await self.agents.get_agent(orchestration)
         if coordinator is None:
@@ -103,7 +103,7 @@ class RuntimeOrchestrationRunner:
             raise BlockFailed(
                 f"Agent {orchestration!r} is not an orchestration: it delegates to no one"
             )
-        started = await self.runs.start(coordinator, message)
+        started = await self.runs.start(coordinator, message, parent_run_id=execution_id)
         ending = await follow_run(
             self.runs, started.run_id, events, reason="Cancelled with its workflow execution"
         )

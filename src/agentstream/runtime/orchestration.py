@@ -100,7 +100,7 @@ def _delegate_tool(runs: Runs, ctx: RunContext, entity: StoredAgent) -> Tool:
 
 
 async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str) -> str:
-    started = await runs.start(entity, task)
+    started = await runs.start(entity, task, parent_run_id=ctx.run_id)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
     said: list[str] = []  # the entity's text as forwarded, recorded whole in ``EntityText``
 

@@ -102,6 +102,7 @@ class AgentRunStore(EventStore, AgentLookup, Protocol):
         reasoning_requested: bool,
         first_event: BaseEvent,
         owner: str,
+        parent_run_id: str | None = None,
     ) -> None:
         """The run, its first event (and its new session): all or nothing. ``owner`` is
         the process that runs it. ``Conflict`` if the session has a live run already."""
@@ -227,7 +228,9 @@ class Runs(Protocol):
     """What delegating to an agent (an orchestration's entity, an orchestration block's
     coordinator) needs of the run manager: start its run, follow it, stop it."""
 
-    async def start(self, agent: StoredAgent, message: str) -> StartedRun: ...
+    async def start(
+        self, agent: StoredAgent, message: str, *, parent_run_id: str | None = None
+    ) -> StartedRun: ...
 
     def subscribe(self, run_id: str) -> LogSubscription:
         """Follow a run just started from its first event."""

@@ -95,6 +95,7 @@ class RunManager:
         earlier: Sequence[Message] = (),
         instructions: str | None = None,
         run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> StartedRun:
         """Record a new run and start it. Raises ``UserError`` before writing anything.
 
@@ -105,6 +106,7 @@ class RunManager:
         client that keeps it itself (the OpenAI-compatible API), which the session keeps
         from then on. ``instructions``: more system instructions, for this run only.
         ``run_id``: the id a client chose (AG-UI's), free; by default a new one.
+        ``parent_run_id``: the run that starts this one (a coordinator's, an execution's).
         """
         if earlier and session_id is not None:
             raise ValueError("earlier turns are for a new session only")
@@ -153,6 +155,7 @@ class RunManager:
                     reasoning_requested=reasoning,
                     first_event=started,
                     owner=self.supervisor.process_id,
+                    parent_run_id=parent_run_id,
                 )
         except BaseException:
             self._release(session_id, claim)

@@ -39,6 +39,8 @@ from agentstream.server.api_docs import install_api_docs
 from agentstream.server.canvas import router as canvas_router
 from agentstream.server.chat import router as chat_router
 from agentstream.server.chat_access import EmailSender, log_code, open_chat_access
+from agentstream.server.console import pages as console_pages
+from agentstream.server.console import router as console_router
 from agentstream.server.definitions import Declared, apply_declared, declared
 from agentstream.server.deployments import router as deployments_router
 from agentstream.server.errors import BodyLimit, install_error_handlers
@@ -219,6 +221,8 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(ui_messages_router)
     app.include_router(ag_ui_router)
+    app.include_router(console_router)
+    app.include_router(console_pages)
     app.mount("/static", StaticAssets(), name="static")
     install_api_docs(app)
     document_errors(app)
@@ -287,4 +291,4 @@ async def _demo_key(store: Store, settings: Settings) -> None:
     if not key or not await store.is_api_key(key):
         key = await store.create_api_key("demo")
         write_private(path, key)
-    logger.info("Demo API key: %s  (also in %s)", key, path)
+    logger.info("Demo API key: %s  (also in %s); sign in to the console at /console", key, path)

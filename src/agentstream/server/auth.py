@@ -1,15 +1,18 @@
-"""API key authentication: ``apikey: KEY`` or ``Authorization: Bearer KEY``."""
+"""API key authentication: ``apikey: KEY`` or ``Authorization: Bearer KEY``; in a browser
+signed in to the console, its session cookie (``CONSOLE_COOKIE``) instead."""
 
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from fastapi import Depends, HTTPException, Security
+from fastapi import Depends, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from agentstream.errors import Forbidden
 from agentstream.server.services import Services, services
 
-__all__ = ["api_key_of", "require_api_key"]
+__all__ = ["CONSOLE_COOKIE", "api_key_of", "require_api_key", "same_origin"]
 
 # The two ways to present a key, as OpenAPI security schemes: operations that require a key
 # declare both (either will do), so the docs' "Authorize" sends it.
@@ -17,6 +20,10 @@ APIKEY_HEADER = APIKeyHeader(
     name="apikey", scheme_name="apikey", description="An API key", auto_error=False
 )
 BEARER = HTTPBearer(scheme_name="bearer", description="An API key", auto_error=False)
+
+CONSOLE_COOKIE = "agentstream_console"
+"""A console sign-in (``server.console``): HttpOnly, SameSite=Strict."""
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def api_key_of(apikey: str | None, authorization: str | None) -> str | None:
@@ -30,14 +37,29 @@ def api_key_of(apikey: str | None, authorization: str | None) -> str | None:
     return None
 
 
+def same_origin(request: Request) -> bool:
+    """Whether the request comes from a page of this server. Browsers send ``Origin`` with
+    every request that can change something; a cookie alone must not (cross-site request
+    forgery, should the cookie's SameSite be ignored, or a sibling host send it)."""
+    origin = request.headers.get("origin")
+    return origin is not None and urlsplit(origin).netloc == request.headers.get("host")
+
+
 async def require_api_key(
+    request: Request,
     svc: Annotated[Services, Depends(services)],
     apikey: Annotated[str | None, Security(APIKEY_HEADER)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
 ) -> str:
     """The caller's key name (who did it, for the record); 401 without a valid key."""
     key = apikey or (bearer.credentials if bearer else None)
-    name = None if key is None else await svc.store.api_key_name(key)
+    name = None
+    if key is not None:
+        name = await svc.store.api_key_name(key)
+    elif (session := request.cookies.get(CONSOLE_COOKIE)) is not None:
+        name = await svc.store.console_sessions.key_name(session)
+        if name is not None and request.method not in SAFE_METHODS and not same_origin(request):
+            raise Forbidden("A console session acts only from the console's own pages")
     if name is None:
         raise HTTPException(
             401,

@@ -7,13 +7,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
-from fastapi.responses import FileResponse
 from pydantic import Field, field_validator
 
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.views.canvas import CanvasPolicy, CanvasView
@@ -161,15 +159,3 @@ async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> A
         keepalive=svc.settings.keepalive_seconds,
         whole_run=True,
     )
-
-
-@router.get("/workflows/{workflow_id}/run", include_in_schema=False)
-async def run_page(workflow_id: str) -> FileResponse:
-    """The run view of a workflow; it reads the workflow from its URL."""
-    return page("run.html")
-
-
-@router.get("/workflows/executions/{execution_id}", include_in_schema=False)
-async def replay_page(execution_id: str) -> FileResponse:
-    """The run view replaying an execution."""
-    return page("run.html")

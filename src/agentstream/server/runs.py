@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from base64 import urlsafe_b64decode, urlsafe_b64encode
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -10,12 +9,22 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
-from agentstream.errors import Conflict, NotFound, UserError
-from agentstream.events import Event, Reasoning, ToolCall, ToolResult
+from agentstream.errors import Conflict, NotFound
+from agentstream.events import (
+    Event,
+    Reasoning,
+    StepCompleted,
+    StepStarted,
+    ToolCall,
+    ToolResult,
+)
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
+from agentstream.store.pages import Page
+from agentstream.store.runs import RunQuery
 from agentstream.store.store import ApprovalRecord, RunRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
 
@@ -34,6 +43,17 @@ class ToolCallOut(BaseModel):
     arguments: dict[str, Any]
     status: str | None
     result: Any
+    duration_ms: int | None
+    """From the call to its result; null while it has none."""
+
+
+class StepOut(BaseModel):
+    """One model turn and its tool calls, timed."""
+
+    step: int
+    started_at: datetime
+    duration_ms: int | None
+    """Null while the step is going (or if the run ended during it)."""
 
 
 class RunOut(BaseModel):
@@ -41,11 +61,14 @@ class RunOut(BaseModel):
     agent_id: str
     agent_version: int
     session_id: str
+    parent_run_id: str | None
+    """The run that started this one: a coordinator's, or a workflow execution's."""
     status: str
     input: str
     content: str | None
     reasoning: str
     error: str | None
+    steps: list[StepOut]
     tool_calls: list[ToolCallOut]
     usage: UsageJSON
     created_at: datetime
@@ -66,6 +89,8 @@ class RunSummary(BaseModel):
     id: str
     agent_id: str
     session_id: str
+    parent_run_id: str | None
+    """The run that started this one: a coordinator's, or a workflow execution's."""
     status: str
     input: str
     error: str | None
@@ -83,31 +108,30 @@ class RunPage(BaseModel):
 @router.get("")
 async def list_runs(
     svc: Svc,
+    page: Annotated[Page, Depends(page_of)],
     agent_id: Annotated[str | None, Query(max_length=100)] = None,
     status: RunStatus | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    parent_run_id: Annotated[str | None, Query(max_length=40)] = None,
 ) -> RunPage:
-    """Agent runs, newest first: of one agent, in one status, created from ``since`` and
-    before ``until`` (ISO 8601; without a zone, UTC); a page at a time."""
-    after = None if cursor is None else _read_cursor(cursor)
+    """Agent runs, newest first: of one agent, in one status, started by one run (an
+    orchestration's entity runs, an execution's coordinator runs), created from ``since``
+    and before ``until``; a page at a time."""
     runs = await svc.store.list_runs(
-        agent_id=agent_id,
-        status=status,
-        since=_utc(since),
-        until=_utc(until),
-        after=after,
-        limit=limit,
+        RunQuery(
+            kind="agent",
+            owner_id=agent_id,
+            status=status,
+            parent_run_id=parent_run_id,
+            page=page,
+        )
     )
-    last = runs[-1] if len(runs) == limit else None
     return RunPage(
         runs=[
             RunSummary(
                 id=run.id,
                 agent_id=run.agent_id,
                 session_id=run.session_id,
+                parent_run_id=run.parent_run_id,
                 status=run.status,
                 input=run.input,
                 error=run.error,
@@ -117,28 +141,8 @@ async def list_runs(
             )
             for run in runs
         ],
-        next_cursor=None if last is None else _write_cursor(last.created_at, last.id),
+        next_cursor=next_cursor(runs, page),
     )
-
-
-def _utc(moment: datetime | None) -> datetime | None:
-    if moment is None:
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _write_cursor(created: datetime, run_id: str) -> str:
-    return urlsafe_b64encode(f"{created.isoformat()}|{run_id}".encode()).decode()
-
-
-def _read_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, run_id = urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        moment = _utc(datetime.fromisoformat(created))
-    except ValueError:
-        raise UserError("is not a cursor this API gave", field="cursor") from None
-    assert moment is not None
-    return moment, run_id
 
 
 @router.get("/{run_id}")
@@ -148,17 +152,34 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
         raise NotFound(f"No run {run_id!r}", field="run_id")
     events = await svc.store.run_events(run_id)
     calls: dict[str, ToolCallOut] = {}
+    called_at: dict[str, float] = {}
+    steps: dict[int, StepOut] = {}
+    step_started_at: dict[int, float] = {}
     reasoning = []
     for event in events:
         match event:
-            case ToolCall(call_id=call_id, tool_name=name, step=step, arguments=arguments):
+            case StepStarted(step=step, ts=ts):
+                step_started_at[step] = ts
+                steps[step] = StepOut(step=step, started_at=_moment(ts), duration_ms=None)
+            case StepCompleted(step=step, ts=ts) if step in steps:
+                steps[step].duration_ms = _ms(ts - step_started_at[step])
+            case ToolCall(call_id=call_id, tool_name=name, step=step, arguments=arguments, ts=ts):
+                called_at[call_id] = ts
                 calls[call_id] = ToolCallOut(
-                    id=call_id, name=name, step=step, arguments=arguments, status=None, result=None
+                    id=call_id,
+                    name=name,
+                    step=step,
+                    arguments=arguments,
+                    status=None,
+                    result=None,
+                    duration_ms=None,
                 )
-            case ToolResult(call_id=call_id, status=status, result=result) if call_id in calls:
-                calls[call_id] = calls[call_id].model_copy(
-                    update={"status": status, "result": result}
-                )
+            case ToolResult(call_id=call_id, status=status, result=result, ts=ts) if (
+                call_id in calls
+            ):
+                call = calls[call_id]
+                call.status, call.result = status, result
+                call.duration_ms = _ms(ts - called_at[call_id])
             case Reasoning(text=text):
                 reasoning.append(text)
     finished = run.finished_at
@@ -167,21 +188,29 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
         agent_id=run.agent_id,
         agent_version=run.agent_version,
         session_id=run.session_id,
+        parent_run_id=run.parent_run_id,
         status=run.status,
         input=run.input,
         content=run.content,
         reasoning="\n\n".join(reasoning),
         error=run.error,
+        steps=list(steps.values()),
         tool_calls=list(calls.values()),
         usage=UsageJSON(**usage_json(run.usage)),
         created_at=run.created_at,
         finished_at=finished,
-        duration_ms=None
-        if finished is None
-        else round((finished - run.created_at).total_seconds() * 1000),
+        duration_ms=None if finished is None else _ms((finished - run.created_at).total_seconds()),
         approvals=_approvals_out(await svc.store.approvals(run_id)),
         events=[shown for e in events if (shown := frame(e)) is not None],
     )
+
+
+def _moment(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 class DecisionIn(InputModel):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel
 
 from agentstream.errors import NotFound
 from agentstream.server.auth import require_api_key
+from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
+from agentstream.store.pages import Page
 from agentstream.views.native import UsageJSON, usage_json
 
 __all__ = ["router"]
@@ -46,6 +49,36 @@ class SessionOut(BaseModel):
     runs: list[SessionRun]
     messages: list[MemoryMessage]
     """What the model remembers: user messages, tool exchanges, final answers (no preamble)."""
+
+
+class SessionSummaryOut(BaseModel):
+    id: str
+    agent_id: str
+    created_at: datetime
+    runs: int
+    """How many runs the conversation has had."""
+    last_run_at: datetime | None
+
+
+class SessionPage(BaseModel):
+    sessions: list[SessionSummaryOut]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null on the last one."""
+
+
+@router.get("")
+async def list_sessions(
+    svc: Svc,
+    page: Annotated[Page, Depends(page_of)],
+    agent_id: Annotated[str | None, Query(max_length=100)] = None,
+) -> SessionPage:
+    """Conversations, newest first: of one agent, created from ``since`` and before
+    ``until``; a page at a time."""
+    found = await svc.store.list_sessions(agent_id, page)
+    return SessionPage(
+        sessions=[SessionSummaryOut(**asdict(session)) for session in found],
+        next_cursor=next_cursor(found, page),
+    )
 
 
 @router.get("/{session_id}")

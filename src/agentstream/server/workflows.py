@@ -4,17 +4,20 @@ events (spec 002 "Workflow Streaming"), read, follow, replay and cancel executio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Response
+from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
+from agentstream.store.pages import Page
+from agentstream.store.runs import RunQuery
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
 from agentstream.workflows import Workflow, parse_workflow
@@ -45,6 +48,9 @@ class WorkflowOut(BaseModel):
 class RunIn(InputModel):
     input: Any = None
     """The execution's input: the start block's output ``input`` (``<start.input>``)."""
+
+
+ExecutionStatus = Literal["running", "completed", "error", "timeout", "cancelled", "interrupted"]
 
 
 class ExecutionSummary(BaseModel):
@@ -121,6 +127,35 @@ async def create_workflow(definition: Definition, svc: Svc) -> WorkflowOut:
     return _out(await svc.workflows.create_workflow(_parse(svc, definition)))
 
 
+class ExecutionPage(BaseModel):
+    executions: list[ExecutionSummary]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null on the last one."""
+
+
+@router.get("/executions")
+async def list_all_executions(
+    svc: Svc,
+    page: Annotated[Page, Depends(page_of)],
+    workflow_id: Annotated[str | None, Query(max_length=100)] = None,
+    status: ExecutionStatus | None = None,
+) -> ExecutionPage:
+    """Executions of every workflow (drafts included), newest first: of one workflow, in one
+    status, created from ``since`` and before ``until``; a page at a time."""
+    records = await svc.workflows.list_executions(
+        RunQuery(
+            kind="workflow",
+            owner_id=workflow_id,
+            status=status,
+            page=page,
+        )
+    )
+    return ExecutionPage(
+        executions=[ExecutionSummary(**_summary(record)) for record in records],
+        next_cursor=next_cursor(records, page),
+    )
+
+
 @router.get("/{workflow_id}")
 async def get_workflow(workflow_id: str, svc: Svc) -> WorkflowOut:
     return _out(await workflow_or_404(svc, workflow_id))
@@ -149,7 +184,9 @@ async def delete_workflow(workflow_id: str, svc: Svc) -> Response:
 @router.get("/{workflow_id}/executions")
 async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
     """The workflow's latest executions, newest first."""
-    records = await svc.workflows.list_executions(workflow_id)
+    records = await svc.workflows.list_executions(
+        RunQuery(kind="workflow", owner_id=workflow_id, page=Page(limit=100))
+    )
     return [ExecutionSummary(**_summary(record)) for record in records]
 
 

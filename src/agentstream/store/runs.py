@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import Boolean, Connection, bindparam, case, func, select, update
@@ -20,13 +21,26 @@ from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
 from agentstream.store.clock import now
 from agentstream.store.database import Database, add
+from agentstream.store.pages import Page, newest_first
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunStore", "event_row"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_row"]
 
 logger = logging.getLogger(__name__)
 
 RunKind = Literal["agent", "workflow"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunQuery:
+    """Which runs of a kind to list: those that match every filter given, a ``page`` at a
+    time. ``owner_id`` is the agent's or the workflow's."""
+
+    kind: RunKind
+    owner_id: str | None = None
+    status: str | None = None
+    parent_run_id: str | None = None
+    page: Page = field(default_factory=Page)
 
 
 class RunStore:
@@ -93,6 +107,22 @@ class RunStore:
         """The run, if there is one of this kind."""
         async with self._db.session() as db:
             return await db.scalar(select(RunRow).where(RunRow.id == run_id, RunRow.kind == kind))
+
+    async def page(self, query: RunQuery) -> list[RunRow]:
+        """A page of the runs ``query`` asks for, newest first."""
+        owner = RunRow.agent_id if query.kind == "agent" else RunRow.workflow_id
+        chosen = select(RunRow).where(RunRow.kind == query.kind)
+        for column, value in (
+            (owner, query.owner_id),
+            (RunRow.status, query.status),
+            (RunRow.parent_run_id, query.parent_run_id),
+        ):
+            if value is not None:
+                chosen = chosen.where(column == value)
+        async with self._db.session() as db:
+            return list(
+                await db.scalars(newest_first(chosen, query.page, RunRow.created_at, RunRow.id))
+            )
 
     async def exists(self, run_id: str) -> bool:
         """Whether a run of either kind has this id."""

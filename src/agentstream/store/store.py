@@ -18,7 +18,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Row, and_, bindparam, delete, event, or_, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, event, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -30,8 +30,10 @@ from agentstream.errors import Conflict
 from agentstream.events import BaseEvent, Event, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
+from agentstream.store.console_sessions import ConsoleSessions
 from agentstream.store.database import Database, sqlite_pragmas
-from agentstream.store.runs import RunStore, event_row
+from agentstream.store.pages import Page, newest_first
+from agentstream.store.runs import RunQuery, RunStore, event_row
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
@@ -100,6 +102,17 @@ class StoredDeployment:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A conversation as a list shows it."""
+
+    id: str
+    agent_id: str
+    created_at: datetime
+    runs: int
+    last_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalRecord:
     run_id: str
     call_id: str
@@ -137,6 +150,8 @@ class RunRecord:
     reasoning_requested: bool
     created_at: datetime
     finished_at: datetime | None
+    parent_run_id: str | None = None
+    """The run that started this one (``RunRow.parent_run_id``)."""
 
 
 class Store:
@@ -148,6 +163,7 @@ class Store:
         """Shared with the other stores over this engine (``KnowledgeStore``, ...)."""
         self.runs = RunStore(self.db)
         """Runs of both kinds: agent runs here, workflow executions in ``WorkflowStore``."""
+        self.console_sessions = ConsoleSessions(self.db)
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -277,6 +293,28 @@ class Store:
         """The agent a session belongs to, or None if there is no such session."""
         return await self.db.read(lambda db: db.scalar(_SESSION_AGENT, {"id": session_id}))
 
+    async def list_sessions(self, agent_id: str | None, page: Page) -> list[SessionSummary]:
+        """Sessions, newest first, of one agent or all, a ``page`` at a time."""
+        query = (
+            select(SessionRow, func.count(RunRow.id), func.max(RunRow.created_at))
+            .outerjoin(RunRow, RunRow.session_id == SessionRow.id)
+            .group_by(SessionRow.id)
+        )
+        if agent_id is not None:
+            query = query.where(SessionRow.agent_id == agent_id)
+        query = newest_first(query, page, SessionRow.created_at, SessionRow.id)
+        async with self.db.session() as db:
+            return [
+                SessionSummary(
+                    id=session.id,
+                    agent_id=session.agent_id,
+                    created_at=utc(session.created_at),
+                    runs=runs,
+                    last_run_at=None if last is None else utc(last),
+                )
+                for session, runs, last in await db.execute(query)
+            ]
+
     async def session_created_at(self, session_id: str) -> datetime | None:
         async with self.db.session() as db:
             found = await db.scalar(
@@ -326,6 +364,7 @@ class Store:
         reasoning_requested: bool,
         first_event: BaseEvent,
         owner: str,
+        parent_run_id: str | None = None,
     ) -> None:
         """The run, its first event (and its new session): all or nothing. ``Conflict`` if
         the session has a live run (another process may have started it)."""
@@ -342,6 +381,7 @@ class Store:
                     reasoning_requested=reasoning_requested,
                     created_at=now(),
                     owner=owner,
+                    parent_run_id=parent_run_id,
                 ),
                 first_event=first_event,
                 session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
@@ -379,38 +419,10 @@ class Store:
             memory=memory,
         )
 
-    async def list_runs(
-        self,
-        *,
-        agent_id: str | None = None,
-        status: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: tuple[datetime, str] | None = None,
-        limit: int = 50,
-    ) -> list[RunRecord]:
-        """Agent runs, newest first, that match every filter given; ``after`` is where the
-        previous page ended (its last run's creation time and id)."""
-        query = select(RunRow).where(RunRow.kind == "agent")
-        if agent_id is not None:
-            query = query.where(RunRow.agent_id == agent_id)
-        if status is not None:
-            query = query.where(RunRow.status == status)
-        if since is not None:
-            query = query.where(RunRow.created_at >= since)
-        if until is not None:
-            query = query.where(RunRow.created_at < until)
-        if after is not None:
-            created, run_id = after
-            query = query.where(
-                or_(
-                    RunRow.created_at < created,
-                    and_(RunRow.created_at == created, RunRow.id < run_id),
-                )
-            )
-        query = query.order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit)
-        async with self.db.session() as db:
-            return [_run_record(row) for row in await db.scalars(query)]
+    async def list_runs(self, query: RunQuery) -> list[RunRecord]:
+        """Agent runs, newest first, a page at a time (``RunQuery``)."""
+        assert query.kind == "agent", query.kind
+        return [_run_record(row) for row in await self.runs.page(query)]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The agent run (None for a workflow execution's id)."""
@@ -659,6 +671,7 @@ def _run_record(row: RunRow) -> RunRecord:
         reasoning_requested=row.reasoning_requested,
         created_at=utc(row.created_at),
         finished_at=None if row.finished_at is None else utc(row.finished_at),
+        parent_run_id=row.parent_run_id,
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Base",
     "ChatCodeRow",
     "ChunkRow",
+    "ConsoleSessionRow",
     "ContextHandlerRow",
     "DeploymentRow",
     "DocumentRow",
@@ -53,6 +54,19 @@ class ApiKeyRow(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     """SHA-256 of the key: the key itself is never stored."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ConsoleSessionRow(Base):
+    """A browser signed in to the console with an API key; ends with the key."""
+
+    __tablename__ = "console_sessions"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the session cookie: the cookie itself is never stored."""
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+    """Seconds since the epoch."""
 
 
 class AgentRow(Base):
@@ -153,6 +167,9 @@ class RunRow(Base):
 
     owner: Mapped[str | None] = mapped_column(String(40), index=True)
     """The process that runs it, or last ran it (``ServerProcessRow``)."""
+    parent_run_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    """The run that started it: a coordinator run for its entities' runs, an execution for
+    its orchestration blocks' runs. No foreign key: a run outlives its parent's deletion."""
 
     __table_args__ = (
         Index(

@@ -15,7 +15,7 @@ from agentstream.errors import Conflict
 from agentstream.events import BaseEvent, Event
 from agentstream.store.clock import now, utc
 from agentstream.store.database import Database
-from agentstream.store.runs import RunStore
+from agentstream.store.runs import RunQuery, RunStore
 from agentstream.store.tables import RunRow, WorkflowRow
 from agentstream.workflows.definition import Workflow
 
@@ -158,16 +158,10 @@ class WorkflowStore:
         row = await self._runs.get(execution_id, "workflow")
         return None if row is None else _record(row)
 
-    async def list_executions(self, workflow_id: str, *, limit: int = 100) -> list[ExecutionRecord]:
-        """The newest first."""
-        async with self._db.session() as db:
-            rows = await db.scalars(
-                select(RunRow)
-                .where(RunRow.kind == "workflow", RunRow.workflow_id == workflow_id)
-                .order_by(RunRow.created_at.desc())
-                .limit(limit)
-            )
-            return [_record(row) for row in rows]
+    async def list_executions(self, query: RunQuery) -> list[ExecutionRecord]:
+        """Executions, newest first, a page at a time (``RunQuery``)."""
+        assert query.kind == "workflow", query.kind
+        return [_record(row) for row in await self._runs.page(query)]
 
     async def execution_events(self, execution_id: str) -> list[Event]:
         return await self._runs.events(execution_id)

@@ -45,15 +45,6 @@ function setStatus(text, isError = false) {
   $("status").classList.toggle("error", isError);
 }
 
-async function errorMessage(response) {
-  try {
-    const body = await response.json();
-    return body.error?.message || `HTTP ${response.status}`;
-  } catch {
-    return `HTTP ${response.status}`;
-  }
-}
-
 // The server's Markdown rendering of a text (sanitized there: safe to set as HTML), or null.
 async function markdown(text) {
   const response = await fetch(`${api}/markdown`, {
@@ -155,25 +146,6 @@ class AssistantMessage extends Panels {
     this.note = text;
     this.awaitApproval();
     this.root.append(element("p", "waiting", text));
-  }
-}
-
-// Server-Sent Events from a fetch body: frames end at a blank line; comment lines are skipped.
-async function* sseData(body) {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value;
-    const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
-    buffer = frames.pop();
-    for (const frame of frames) {
-      const data = frame.split(/\r\n|\n|\r/)
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5));
-      if (data.length) yield JSON.parse(data.join("\n"));
-    }
   }
 }
 

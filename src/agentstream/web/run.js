@@ -1,18 +1,20 @@
-// The workflow run view. /workflows/{id}/run draws the workflow and starts draft runs;
-// /workflows/executions/{id} replays a past execution. Both read canvas frames
-// ({type, timestamp, executionId, workflowId, eventId, data}) over a fetch body.
+// The workflow run view, part of the console. /console/workflows/{id}/run draws the
+// workflow and starts draft runs; /console/executions/{id} replays a past execution (or
+// follows a live one). Both read canvas frames ({type, timestamp, executionId, workflowId,
+// eventId, data}) over a fetch body, signed in by the console's cookie.
 // Text from the server is only ever set with textContent.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
 const replayId = parts[1] === "executions" ? parts[2] : null;
-const KEY = "agentstream:apikey";
+const workflowId = parts[1] === "workflows" ? parts[2] : null;
 const BOX = { width: 150, height: 56, columnGap: 70, rowGap: 24, margin: 16 };
 const SETTLED = new Set(["completed", "error", "skipped"]);
 let graph = null;  // {workflowId, boxes: Map(blockId -> element)}
 let outputs = new Map();  // blockId -> BlockOutput in the terminal panel
 let controller = null;
+let executionId = null;  // of the execution shown
 
 function svgElement(tag, attributes) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
@@ -25,17 +27,11 @@ function setStatus(text, isError = false) {
   $("status").classList.toggle("error", isError);
 }
 
-function headers() {
-  return { apikey: $("apikey").value.trim() };
-}
-
-async function errorMessage(response) {
-  try {
-    const body = await response.json();
-    return body.error?.message || body.detail || `HTTP ${response.status}`;
-  } catch {
-    return `HTTP ${response.status}`;
-  }
+// Signed out (or never in): to the console's sign-in, which brings the reader back here.
+function signIn(response) {
+  if (response.status !== 401) return false;
+  location.assign(`/console?next=${encodeURIComponent(location.pathname)}`);
+  return true;
 }
 
 // --- the graph ---------------------------------------------------------------------------
@@ -112,7 +108,8 @@ function drawGraph(workflowId, definition) {
 }
 
 async function loadWorkflow(workflowId) {
-  const response = await fetch(`/api/workflows/${encodeURIComponent(workflowId)}`, { headers: headers() });
+  const response = await fetch(`/api/workflows/${encodeURIComponent(workflowId)}`);
+  if (signIn(response)) return;
   if (!response.ok) throw new Error(await errorMessage(response));
   const body = await response.json();
   const definition = body.workflow;  // {workflow: definition as saved, version, ...}
@@ -174,10 +171,29 @@ function finish(status, detail, isError) {
   setStatus(`${status}.`, isError);
 }
 
+// The agent runs the execution started (its orchestration blocks' coordinators), as links
+// to their pages in the console.
+async function showStartedRuns(executionId) {
+  const response = await fetch(`/api/agents/runs?parent_run_id=${encodeURIComponent(executionId)}&limit=200`);
+  if (!response.ok) return;
+  const { runs } = await response.json();
+  const list = $("started-runs").querySelector("ul");
+  list.replaceChildren(...runs.map((run) => {
+    const link = element("a", "", `${run.agent_id}: ${run.id} (${run.status})`);
+    link.href = `/console/runs/${encodeURIComponent(run.id)}`;
+    const item = element("li");
+    item.append(link);
+    return item;
+  }));
+  $("started-runs").hidden = !runs.length;
+}
+
 function handle(frame) {
   const data = frame.data || {};
   switch (frame.type) {
-    case "execution:started": return setStatus("Running…");
+    case "execution:started":
+      executionId = frame.executionId;
+      return setStatus("Running…");
     case "block:started":
       setState(data.blockId, "running");
       return outputOf(data.blockId, data.blockType);
@@ -199,31 +215,13 @@ function handle(frame) {
   }
 }
 
-// Server-Sent Events from a fetch body: frames end at a blank line; comment lines are skipped.
-async function* sseData(body) {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value;
-    const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
-    buffer = frames.pop();
-    for (const frame of frames) {
-      const data = frame.split(/\r\n|\n|\r/)
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(line.startsWith("data: ") ? 6 : 5));
-      if (data.length) yield JSON.parse(data.join("\n"));
-    }
-  }
-}
-
 async function follow(url, init) {
   controller = new AbortController();
   $("run").hidden = true;
   $("stop").hidden = false;
   try {
-    const response = await fetch(url, { ...init, headers: { ...headers(), ...init.headers }, signal: controller.signal });
+    const response = await fetch(url, { ...init, signal: controller.signal });
+    if (signIn(response)) return;
     if (!response.ok) return setStatus(await errorMessage(response), true);
     for await (const frame of sseData(response.body)) {
       if (!graph) await loadWorkflow(frame.workflowId);
@@ -236,6 +234,7 @@ async function follow(url, init) {
     controller = null;
     $("run").hidden = false;
     $("stop").hidden = true;
+    if (executionId) showStartedRuns(executionId);
   }
 }
 
@@ -256,14 +255,13 @@ async function run(workflowId) {
 }
 
 async function load() {
-  if (!$("apikey").value) return setStatus("Enter an API key to begin.");
   try {
     if (replayId) {
       $("title").textContent = `Execution ${replayId}`;
       resetRun();
       return await follow(`/api/workflows/executions/${encodeURIComponent(replayId)}/canvas`, {});
     }
-    await loadWorkflow(parts[1]);
+    await loadWorkflow(workflowId);
     setStatus("");
     $("runner").hidden = false;
   } catch (error) {
@@ -272,15 +270,10 @@ async function load() {
 }
 
 function start() {
-  $("apikey").value = sessionStorage.getItem(KEY) || "";
-  $("apikey").addEventListener("change", () => {
-    sessionStorage.setItem(KEY, $("apikey").value.trim());
-    if (!controller) load();
-  });
   $("stop").addEventListener("click", () => controller?.abort());
   $("runner").addEventListener("submit", (event) => {
     event.preventDefault();
-    if (!controller && !replayId) run(parts[1]);
+    if (!controller && !replayId) run(workflowId);
   });
   load();
 }

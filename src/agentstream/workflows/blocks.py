@@ -48,19 +48,33 @@ class Services:
 
 
 async def run_block(
-    block: Block, services: Services, outputs: Outputs, *, inputs: Any, events: AgentEvents
+    block: Block,
+    services: Services,
+    outputs: Outputs,
+    *,
+    inputs: Any,
+    events: AgentEvents,
+    execution_id: str,
 ) -> dict[str, Any]:
-    """Run ``block``: ``inputs`` are the execution's (for the start block), ``events``
-    receives what its agents do. An output that cannot be streamed and stored as JSON (say
-    ``float('inf')``) fails the block."""
-    output = await _output(block, services, outputs, inputs=inputs, events=events)
+    """Run ``block`` in the execution ``execution_id``: ``inputs`` are the execution's (for
+    the start block), ``events`` receives what its agents do. An output that cannot be
+    streamed and stored as JSON (say ``float('inf')``) fails the block."""
+    output = await _output(
+        block, services, outputs, inputs=inputs, events=events, execution_id=execution_id
+    )
     if (problem := find_problem(output)) is not None:
         raise BlockFailed(f"The block's output is not valid JSON: {problem}")
     return output
 
 
 async def _output(
-    block: Block, services: Services, outputs: Outputs, *, inputs: Any, events: AgentEvents
+    block: Block,
+    services: Services,
+    outputs: Outputs,
+    *,
+    inputs: Any,
+    events: AgentEvents,
+    execution_id: str,
 ) -> dict[str, Any]:
     match block:
         case StartBlock():
@@ -78,7 +92,7 @@ async def _output(
                 raise BlockFailed("Orchestration blocks cannot run here: no runner is set up")
             text = as_text(resolve(message, outputs))
             content = await services.orchestrations.run_orchestration(
-                orchestration, text, events=events
+                orchestration, text, events=events, execution_id=execution_id
             )
             return {"content": content}
         case ConditionBlock(branches=branches):

@@ -166,7 +166,12 @@ class Execution:
         error = None
         try:
             output = await run_block(
-                block, self._services, self._outputs, inputs=inputs, events=forward
+                block,
+                self._services,
+                self._outputs,
+                inputs=inputs,
+                events=forward,
+                execution_id=self.emitter.run_id,
             )
         except AgentstreamError as exc:
             error = str(exc)

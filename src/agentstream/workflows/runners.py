@@ -36,9 +36,10 @@ class AgentRunner(Protocol):
 
 class OrchestrationRunner(Protocol):
     async def run_orchestration(
-        self, orchestration: str, message: str, *, events: AgentEvents
+        self, orchestration: str, message: str, *, events: AgentEvents, execution_id: str
     ) -> str:
-        """Run the orchestration on ``message``; the coordinator's final synthesis."""
+        """Run the orchestration on ``message`` for the execution ``execution_id`` (its
+        coordinator's run is that execution's child); the coordinator's final synthesis."""
         ...
 
 
