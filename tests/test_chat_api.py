@@ -538,6 +538,7 @@ def test_signed_out_visitors_see_only_how_to_sign_in(live: LiveServer) -> None:
         "title": "Demo assistant",
         "greeting": "",
         "accentColor": "#0a84ff",
+        "logoUrl": None,
         "suggestedPrompts": [],
         "access": "password",
         "authenticated": False,

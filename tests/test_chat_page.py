@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterator
@@ -339,12 +340,22 @@ def test_the_renderer_is_for_the_chat_s_visitors(markdown_chat: LiveServer) -> N
     assert (bad.status_code, bad.json()["error"]["field"]) == (422, "text")
 
 
-def test_a_deployment_s_colour_and_suggested_prompts(paced: LiveServer, page: Page) -> None:
+LOGO = (
+    "data:image/svg+xml;base64,"
+    + base64.b64encode(
+        b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40">'
+        b'<circle cx="20" cy="20" r="18" fill="#c2410c"/></svg>'
+    ).decode()
+)
+
+
+def test_a_deployment_s_logo_colour_and_suggested_prompts(paced: LiveServer, page: Page) -> None:
     branded = {
         "slug": "branded",
         "agent_id": "demo",
         "title": "Acme help",
         "accent_color": "#c2410c",
+        "logo_url": LOGO,
         "suggested_prompts": ["What is 6 * 7?", "Write 3 words"],
     }
     with paced.client() as client:
@@ -356,6 +367,8 @@ def test_a_deployment_s_colour_and_suggested_prompts(paced: LiveServer, page: Pa
     assert (wrong.status_code, wrong.json()["error"]["field"]) == (422, "accent_color")
 
     page.goto(f"{paced.url}/chat/branded")
+    playwright.expect(page.locator("#logo")).to_be_visible()
+    assert page.evaluate("document.getElementById('logo').naturalWidth") == 40, "it loaded"
     prompts = page.locator("#prompts button")
     playwright.expect(prompts).to_have_text(["What is 6 * 7?", "Write 3 words"])
     colour = page.evaluate("getComputedStyle(document.getElementById('send')).backgroundColor")
@@ -367,6 +380,30 @@ def test_a_deployment_s_colour_and_suggested_prompts(paced: LiveServer, page: Pa
     playwright.expect(page.locator(".assistant .answer").last).to_contain_text("42")
     page.click("#new-chat")
     playwright.expect(prompts).to_have_count(2)
+
+
+@pytest.mark.parametrize(
+    "logo",
+    ["javascript:alert(1)", "http://cdn.example/logo.png", "data:text/html;base64,PHA+", "x"],
+)
+def test_a_logo_is_an_https_or_image_data_url(paced: LiveServer, logo: str) -> None:
+    with paced.client() as client:
+        refused = client.post(
+            "/api/chat-deployments", json={"slug": "bad-logo", "agent_id": "demo", "logo_url": logo}
+        )
+    assert (refused.status_code, refused.json()["error"]["field"]) == (422, "logo_url")
+
+
+def test_the_page_admits_images_from_the_logo_s_origin_only(paced: LiveServer) -> None:
+    hosted = {"slug": "hosted-logo", "agent_id": "demo", "logo_url": "https://cdn.acme.test/l.png"}
+    with paced.client() as client:
+        assert client.post("/api/chat-deployments", json=hosted).status_code == 201
+    policies = {
+        slug: httpx.get(f"{paced.url}/chat/{slug}").headers["content-security-policy"]
+        for slug in ("hosted-logo", "your-slug")
+    }
+    assert "img-src 'self' data: https://cdn.acme.test;" in policies["hosted-logo"]
+    assert "img-src 'self' data:;" in policies["your-slug"]
 
 
 def test_the_widget_opens_the_chat_on_a_site_the_deployment_allows(

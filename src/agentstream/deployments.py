@@ -46,6 +46,15 @@ AccentColor = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Origin = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+$", max_length=300)]
 """A site's origin as a browser sends it: ``scheme://host[:port]``."""
+LogoUrl = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^(https://[^\s\"'<>]+|data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/]+=*)$",
+        max_length=200_000,
+    ),
+]
+"""An image: an ``https://`` URL (the page's policy then admits its origin for images), or
+a ``data:`` URL of a PNG, JPEG, GIF, WebP or SVG image, base64, up to about 150 KB."""
 
 
 def reject_null(value: object) -> object:
@@ -68,6 +77,7 @@ class DeploymentUpdate(InputModel):
     title: str | None = Field(default=None, max_length=200)
     greeting: str | None = Field(default=None, max_length=2_000)
     accent_color: AccentColor | None = None
+    logo_url: LogoUrl | None = None
     suggested_prompts: list[Prompt] | None = Field(default=None, max_length=6)
     embed_origins: list[Origin] | None = Field(default=None, max_length=50)
     include_thinking: bool | None = Field(
@@ -106,6 +116,8 @@ class DeploymentSettings(InputModel):
     greeting: str = Field(default="", max_length=2_000)
     accent_color: AccentColor = "#0a84ff"
     """The hosted page's colour: buttons, the user's messages."""
+    logo_url: LogoUrl | None = None
+    """Shown beside the title on the hosted page; none by default."""
     suggested_prompts: list[Prompt] = Field(default_factory=list, max_length=6)
     """Offered on the hosted page before the first message, to send with a click."""
     embed_origins: list[Origin] = Field(default_factory=list, max_length=50)

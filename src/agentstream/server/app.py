@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -232,8 +233,12 @@ def create_app(
         """The hosted chat page; it reads the deployment from its URL. The sites the
         deployment lists in ``embed_origins`` may frame it (``widget.js``)."""
         deployment = await svc.store.get_deployment(slug)
-        embed = deployment.settings.embed_origins if deployment is not None else []
-        return page("chat.html", embed_origins=embed)
+        if deployment is None:
+            return page("chat.html")
+        settings = deployment.settings
+        logo = settings.logo_url
+        images = [f"https://{urlsplit(logo).netloc}"] if logo and logo.startswith("https:") else []
+        return page("chat.html", embed_origins=settings.embed_origins, image_origins=images)
 
     @app.get("/chat/{slug}/widget.js", include_in_schema=False)
     async def chat_widget(slug: str) -> FileResponse:

@@ -110,6 +110,7 @@ class ChatInfo(BaseModel):
     title: str
     greeting: str
     accentColor: str
+    logoUrl: str | None
     suggestedPrompts: list[str]
     access: str
     authenticated: bool
@@ -230,6 +231,7 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
         title=s.title or _name(deployment) or s.slug,
         greeting=s.greeting if inside else "",
         accentColor=s.accent_color,
+        logoUrl=s.logo_url,
         suggestedPrompts=s.suggested_prompts if inside else [],
         access=s.access,
         authenticated=inside,

@@ -19,13 +19,13 @@ __all__ = ["PAGE_HEADERS", "WEB", "StaticAssets", "page", "script"]
 WEB = Path(str(files("agentstream.web")))
 
 
-def _policy(frame_ancestors: str) -> str:
+def _policy(frame_ancestors: str, images: Sequence[str] = ()) -> str:
     return "; ".join(
         [
             "default-src 'none'",
             "script-src 'self'",  # the pages' scripts are files in /static: nothing inline
             "style-src 'self'",  # so are their styles (scripts set positions through the CSSOM)
-            "img-src 'self' data:",
+            " ".join(["img-src 'self' data:", *images]),
             "connect-src 'self'",  # the API they call and stream from
             "base-uri 'none'",
             "form-action 'self'",
@@ -44,13 +44,16 @@ PAGE_HEADERS = {
 }
 
 
-def page(name: str, *, embed_origins: Sequence[str] = ()) -> FileResponse:
+def page(
+    name: str, *, embed_origins: Sequence[str] = (), image_origins: Sequence[str] = ()
+) -> FileResponse:
     """The page ``name`` from the web directory, with ``PAGE_HEADERS``; one that the sites
-    ``embed_origins`` may show in a frame of theirs (and no other site)."""
-    headers = PAGE_HEADERS
+    ``embed_origins`` may show in a frame of theirs (and no other site), and that shows
+    images from ``image_origins`` too (a deployment's logo)."""
+    headers = dict(PAGE_HEADERS)
     if embed_origins:
-        headers = {k: v for k, v in PAGE_HEADERS.items() if k != "X-Frame-Options"}
-        headers["Content-Security-Policy"] = _policy(" ".join(embed_origins))
+        del headers["X-Frame-Options"]
+    headers["Content-Security-Policy"] = _policy(" ".join(embed_origins) or "'none'", image_origins)
     return FileResponse(WEB / name, headers=headers)
 
 

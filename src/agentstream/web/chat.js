@@ -326,6 +326,10 @@ async function start() {
   }
   document.title = info.title;
   $("title").textContent = info.title;
+  if (info.logoUrl) {
+    $("logo").src = info.logoUrl;
+    $("logo").hidden = false;
+  }
   document.documentElement.style.setProperty("--accent", info.accentColor);
   prompts = info.suggestedPrompts;
   citations = info.includeCitations;
