@@ -69,6 +69,21 @@ def serve(settings: Settings, **app_kwargs: Any) -> Iterator[LiveServer]:
         yield LiveServer(url=url, key=key, settings=settings)
 
 
+STORES = ["sqlite", "postgresql"]
+"""The two stores, for fixtures parametrized over them (``serve_on``)."""
+
+
+@contextmanager
+def serve_on(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+    """The demo served on the store ``request.param`` names (one of ``STORES``); the
+    PostgreSQL one is a database other tests write to as well."""
+    overrides = {}
+    if request.param == "postgresql":
+        overrides["database_url"] = request.getfixturevalue("postgres_url")
+    with serve(make_settings(tmp_path, **overrides)) as live:
+        yield live
+
+
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     """Demo mode (demo agent and key) with an unpaced offline model, all under ``data_dir``."""
     return Settings(

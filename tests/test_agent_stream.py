@@ -26,16 +26,13 @@ from agentstream.providers.base import (
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
-from conftest import LiveServer, make_settings, serve, stream_frames
+from conftest import STORES, LiveServer, make_settings, serve, serve_on, stream_frames
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=STORES)
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
     """The same behaviour on both stores."""
-    overrides = {}
-    if request.param == "postgresql":
-        overrides["database_url"] = request.getfixturevalue("postgres_url")
-    with serve(make_settings(tmp_path, **overrides)) as live:
+    with serve_on(request, tmp_path) as live:
         yield live
 
 

@@ -10,16 +10,13 @@ from typing import Any
 
 import pytest
 
-from conftest import LiveServer, make_settings, run_events, serve
+from conftest import STORES, LiveServer, run_events, serve_on
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=STORES)
 def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
-    overrides = {}
-    if request.param == "postgresql":  # a database other tests write to as well
-        overrides["database_url"] = request.getfixturevalue("postgres_url")
-    with serve(make_settings(tmp_path, **overrides)) as server:
-        yield server
+    with serve_on(request, tmp_path) as live:
+        yield live
 
 
 def listed(live: LiveServer, **params: Any) -> dict[str, Any]:

@@ -31,6 +31,31 @@ async function api(url, init = {}) {
   return response.status === 204 ? null : response.json();
 }
 
+// What a button or a form does, with its controls disabled meanwhile and a failure said in
+// the status line (when signed out, the sign-in form is showing already).
+async function attempt(controls, work) {
+  for (const control of controls) control.disabled = true;
+  try {
+    await work();
+  } catch (error) {
+    if (!(error instanceof SignedOut)) setStatus(error.message, true);
+  } finally {
+    for (const control of controls) control.disabled = false;
+  }
+}
+
+function onClick(button, work) {
+  button.type = "button";
+  button.addEventListener("click", () => attempt([button], work));
+}
+
+function onSubmit(form, work) {
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    attempt(form.querySelectorAll("button"), work);
+  });
+}
+
 function send(method, url, body) {
   return api(url, { method, headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
 }
@@ -117,18 +142,12 @@ async function pagedTable(url, params, key, columns, emptyText) {
   const { node, add } = table(columns, first[key], emptyText);
   let cursor = first.next_cursor;
   const more = element("button", "secondary more", "Load more");
-  more.type = "button";
   more.hidden = !cursor;
-  more.addEventListener("click", async () => {
-    more.disabled = true;
-    try {
-      const next = await api(withQuery(url, { ...params, cursor }));
-      add(next[key]);
-      cursor = next.next_cursor;
-      more.hidden = !cursor;
-    } finally {
-      more.disabled = false;
-    }
+  onClick(more, async () => {
+    const next = await api(withQuery(url, { ...params, cursor }));
+    add(next[key]);
+    cursor = next.next_cursor;
+    more.hidden = !cursor;
   });
   node.append(more);
   return node;
@@ -274,41 +293,26 @@ function withChildren(node, children) {
 
 function cancelButton(run) {
   const button = element("button", "danger", "Cancel run");
-  button.type = "button";
-  button.addEventListener("click", async () => {
-    button.disabled = true;
-    try {
-      await send("POST", `/api/agents/runs/${encodeURIComponent(run.id)}/cancel`, {});
-    } catch (error) {
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
-  });
+  onClick(button, () => send("POST", `/api/agents/runs/${encodeURIComponent(run.id)}/cancel`, {}));
   return button;
 }
 
 function approvalCard(run, approval) {
   const card = element("div", "approval");
   card.append(element("strong", "", approval.tool_name), json(approval.tool_input));
-  const actions = element("form", "actions");
+  const actions = element("div", "actions");
   const reason = element("input");
   reason.placeholder = "Reason (shown to the model with a denial)";
   const approve = element("button", "", "Approve");
   const deny = element("button", "danger", "Deny");
-  approve.type = deny.type = "button";
   const decide = (verdict) => async () => {
-    approve.disabled = deny.disabled = true;
-    try {
-      await send("POST", `/api/agents/runs/${encodeURIComponent(run.id)}/${verdict}`, {
-        tool_call_id: approval.tool_call_id, reason: reason.value.trim() || null,
-      });
-      await runView(run.id);  // running again once every call is decided: followed live
-    } catch (error) {
-      approve.disabled = deny.disabled = false;
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
+    await send("POST", `/api/agents/runs/${encodeURIComponent(run.id)}/${verdict}`, {
+      tool_call_id: approval.tool_call_id, reason: reason.value.trim() || null,
+    });
+    await runView(run.id);  // running again once every call is decided: followed live
   };
-  approve.addEventListener("click", decide("approve"));
-  deny.addEventListener("click", decide("deny"));
+  onClick(approve, decide("approve"));
+  onClick(deny, decide("deny"));
   actions.append(reason, approve, deny);
   card.append(actions);
   return card;
@@ -445,14 +449,9 @@ async function knowledgeView() {
   description.placeholder = "Description (optional)";
   const create = element("button", "", "Create");
   form.append(name, description, create);
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    try {
-      const base = await send("POST", "/api/knowledge-bases", { name: name.value.trim(), description: description.value.trim() });
-      location.assign(`/console/knowledge/${encodeURIComponent(base.id)}`);
-    } catch (error) {
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
+  onSubmit(form, async () => {
+    const base = await send("POST", "/api/knowledge-bases", { name: name.value.trim(), description: description.value.trim() });
+    location.assign(`/console/knowledge/${encodeURIComponent(base.id)}`);
   });
   view.append(form, table([
     ["Name", (kb) => link(`/console/knowledge/${encodeURIComponent(kb.id)}`, kb.name)],
@@ -476,17 +475,12 @@ async function knowledgeBaseView(baseId) {
   file.accept = ".txt,.md,.pdf";
   file.required = true;
   upload.append(file, element("button", "", "Upload"));
-  upload.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  onSubmit(upload, async () => {
     const body = new FormData();
     body.append("file", file.files[0]);
     setStatus("Uploading…");
-    try {
-      await api(`${url}/documents`, { method: "POST", body });
-      location.reload();
-    } catch (error) {
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
+    await api(`${url}/documents`, { method: "POST", body });
+    location.reload();
   });
   view.append(heading("Documents"), upload, table([
     ["Name", (d) => d.name],
@@ -503,35 +497,23 @@ async function knowledgeBaseView(baseId) {
   words.required = true;
   search.append(words, element("button", "", "Search"));
   const results = element("div");
-  search.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    try {
-      const found = await send("POST", `${url}/search`, { query: words.value.trim() });
-      results.replaceChildren(table([
-        ["#", (c) => `[${c.number}]`],
-        ["Document", (c) => c.page ? `${c.document_name}, page ${c.page}` : c.document_name],
-        ["Passage", (c) => c.text],
-        ["Score", (c) => c.score.toFixed(4), "number"],
-      ], found.results, "Nothing found.").node);
-    } catch (error) {
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
+  onSubmit(search, async () => {
+    const found = await send("POST", `${url}/search`, { query: words.value.trim() });
+    results.replaceChildren(table([
+      ["#", (c) => `[${c.number}]`],
+      ["Document", (c) => c.page ? `${c.document_name}, page ${c.page}` : c.document_name],
+      ["Passage", (c) => c.text],
+      ["Score", (c) => c.score.toFixed(4), "number"],
+    ], found.results, "Nothing found.").node);
   });
   view.append(heading("Search"), search, results);
 }
 
 function removeButton(url) {
   const button = element("button", "secondary", "Delete");
-  button.type = "button";
-  button.addEventListener("click", async () => {
-    button.disabled = true;
-    try {
-      await api(url, { method: "DELETE" });
-      location.reload();
-    } catch (error) {
-      button.disabled = false;
-      if (!(error instanceof SignedOut)) setStatus(error.message, true);
-    }
+  onClick(button, async () => {
+    await api(url, { method: "DELETE" });
+    location.reload();
   });
   return button;
 }
