@@ -78,6 +78,12 @@ async def sign_out(request: Request, svc: Svc) -> Response:
     return response
 
 
+@pages.get("/")
+async def home() -> RedirectResponse:
+    """The server's address, opened in a browser: the console."""
+    return RedirectResponse("/console", status_code=307)
+
+
 @pages.get("/console/workflows/{workflow_id}/run")
 async def workflow_page(workflow_id: str) -> FileResponse:
     """The workflow run view: draws the workflow, runs drafts."""
