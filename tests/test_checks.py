@@ -144,7 +144,7 @@ def test_a_cors_origin_with_a_path_is_refused(monkeypatch: pytest.MonkeyPatch) -
     result = invoke("check")
     assert result.exit_code == 1
     assert problems(result) == [
-        "AGENTSTREAM_CORS_ORIGINS: Value error, 'https://x.io/app' is not an origin: write"
+        "AGENTSTREAM_CORS_ORIGINS: 'https://x.io/app' is not an origin: write"
         " scheme://host[:port], no path (got 'https://app.example.com, https://x.io/app')"
     ]
 

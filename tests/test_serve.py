@@ -378,7 +378,7 @@ def test_several_workers_on_sqlite_are_refused_in_one_line(
 
     assert done.returncode == 1
     assert done.stderr.decode() == (
-        "AGENTSTREAM_WORKERS: Value error, several workers are cluster mode: set"
+        "AGENTSTREAM_WORKERS: several workers are cluster mode: set"
         f" AGENTSTREAM_DATABASE_URL (PostgreSQL) and AGENTSTREAM_REDIS_URL (got {got})\n"
     )
     assert not any(tmp_path.iterdir()), "nothing started"

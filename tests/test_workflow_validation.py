@@ -230,17 +230,17 @@ def test_block_ids_are_unique_identifiers() -> None:
         ({"type": "template"}, "template", "Field required"),
         ({"type": "response"}, "output", "Field required"),
         ({"type": "template", "template": "x", "colour": 1}, "colour", "Extra inputs"),
-        ({"type": "function"}, None, "Value error, give exactly one of"),
+        ({"type": "function"}, None, "give exactly one of"),
         (
             {"type": "function", "expression": "1", "function": "f"},
             None,
-            "Value error, give exactly",
+            "give exactly",
         ),
-        ({"type": "function", "expression": "1", "args": {"a": 1}}, None, "Value error, 'args' go"),
+        ({"type": "function", "expression": "1", "args": {"a": 1}}, None, "'args' go"),
         (
             {"type": "condition", "branches": [{"name": "a"}, {"name": "b", "when": "1"}]},
             None,
-            "Value error, only the last branch may omit 'when'",
+            "only the last branch may omit 'when'",
         ),
     ],
 )

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentstream.datadir import open_private, private_directory
 from agentstream.errors import ConfigError
+from agentstream.inputs import message_of
 
 __all__ = ["Settings", "write_private"]
 
@@ -101,7 +102,7 @@ class Settings(BaseSettings):
         except ValidationError as exc:
             raise ConfigError(
                 "\n".join(
-                    f"AGENTSTREAM_{str(error['loc'][0]).upper()}: {error['msg']}"
+                    f"AGENTSTREAM_{str(error['loc'][0]).upper()}: {message_of(error)}"
                     f" (got {error['input']!r})"
                     for error in exc.errors()
                 )

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from agentstream.errors import UserError
-from agentstream.inputs import InputModel
+from agentstream.inputs import InputModel, message_of
 
 __all__ = [
     "Access",
@@ -182,7 +182,7 @@ class DeploymentSettings(InputModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"])
-            raise UserError(f"{field}: {first['msg']}", field=field) from None
+            raise UserError(f"{field}: {message_of(first)}", field=field) from None
 
 
 class DeploymentCreate(DeploymentSettings):

@@ -14,8 +14,9 @@ import math
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import ErrorDetails
 
-__all__ = ["MAX_DEPTH", "TOO_DEEP", "InputModel", "Problem", "find_problem"]
+__all__ = ["MAX_DEPTH", "TOO_DEEP", "InputModel", "Problem", "find_problem", "message_of"]
 
 MAX_DEPTH = 64
 """How deeply arrays and objects may nest (the value itself is level 0)."""
@@ -27,6 +28,14 @@ class InputModel(BaseModel):
     (``"yes"`` is not a boolean, ``true`` not an integer, ``"5"`` not a number)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def message_of(error: ErrorDetails) -> str:
+    """What a validation error says: pydantic's message, or for a check of ours, ours (not
+    pydantic's "Value error, " in front of it)."""
+    if error["type"] == "value_error" and "error" in error.get("ctx", {}):
+        return str(error["ctx"]["error"])
+    return error["msg"]
 
 
 class Problem(NamedTuple):

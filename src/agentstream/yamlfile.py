@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentstream.errors import ConfigError
+from agentstream.inputs import message_of
 
 __all__ = ["YamlFile", "read_yaml"]
 
@@ -61,7 +62,7 @@ class YamlFile:
         """The first problem pydantic found, as one line naming its place in this file."""
         error = exc.errors()[0]
         loc = (*within, *error["loc"])
-        return ConfigError(f"{self.where(loc)}: {_dotted(loc)}: {error['msg']}")
+        return ConfigError(f"{self.where(loc)}: {_dotted(loc)}: {message_of(error)}")
 
 
 def read_yaml(path: Path) -> YamlFile:

@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
+from agentstream.inputs import message_of
+
 __all__ = ["Tool", "ToolOutcome", "ToolRegistry", "tool"]
 
 # What OpenAI and Anthropic both accept as a function/tool name.
@@ -355,7 +357,7 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "arguments"
-        parts.append(f"{where}: {error['msg']}")
+        parts.append(f"{where}: {message_of(error)}")
     return "; ".join(parts)
 
 

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream.errors import UserError
-from agentstream.inputs import TOO_DEEP
+from agentstream.inputs import TOO_DEEP, message_of
 from agentstream.workflows.errors import WorkflowInvalid
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _field(location: tuple[Any, ...]) -> str:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = [{"field": _field(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+    details = [{"field": _field(tuple(e["loc"])), "message": message_of(e)} for e in exc.errors()]
     if any(e["type"] == "json_invalid" for e in exc.errors()):
         return error_response(
             400,

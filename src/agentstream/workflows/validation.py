@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from agentstream.agents import AgentSpec
+from agentstream.inputs import message_of
 from agentstream.workflows.definition import (
     AgentBlock,
     Block,
@@ -180,7 +181,7 @@ def _issue(error: ErrorDetails, data: Any) -> Issue:
     id (read from the raw data) and ``input``."""
     location = list(error["loc"])
     if location[:1] != ["blocks"] or len(location) < 2:
-        return Issue(None, ".".join(map(str, location)) or None, error["msg"])
+        return Issue(None, ".".join(map(str, location)) or None, message_of(error))
     raw = _raw_block(data, location[1])
     block_id = raw.get("id") if isinstance(raw.get("id"), str) else None
     rest = location[3:]  # past the block type the union member is named by
@@ -192,7 +193,7 @@ def _issue(error: ErrorDetails, data: Any) -> Issue:
     field = ".".join(map(str, rest)) or None
     if block_id is None:
         field = ".".join(map(str, location[:2] + rest))
-    return Issue(block_id, field, error["msg"])
+    return Issue(block_id, field, message_of(error))
 
 
 def _raw_block(data: Any, index: Any) -> Mapping[str, Any]:
