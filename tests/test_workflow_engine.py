@@ -679,10 +679,13 @@ async def test_an_agent_needing_tools_an_agent_block_lacks_is_refused_not_crippl
 
 
 async def test_orchestration_blocks_run_through_their_runner_and_forward_its_text() -> None:
+    started_for: list[str] = []
+
     class Orchestrations:
         async def run_orchestration(
-            self, orchestration: str, message: str, *, events: AgentEvents
+            self, orchestration: str, message: str, *, events: AgentEvents, execution_id: str
         ) -> str:
+            started_for.append(execution_id)
             await events(TextDelta(run_id="o", seq=1, ts=0.0, step=1, delta="thinking aloud"))
             return f"{orchestration} did {message}"
 
@@ -702,6 +705,7 @@ async def test_orchestration_blocks_run_through_their_runner_and_forward_its_tex
         ("team", "thinking aloud")
     ]
     assert recorder.of("block_output")[-1].output == {"content": "crew did the job"}
+    assert started_for == [recorder.of("run_started")[0].run_id], "the coordinator's parent"
 
     recorder, _ = await execute(flow, "the job")
     assert "no runner is set up" in recorder.of("block_error")[0].error
