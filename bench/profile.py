@@ -27,6 +27,8 @@ TOP = 60
 STREAMS = 300
 """Below where scenario 2 saturates, so the profile shows the cost of a token, not queues."""
 RAMP = 3.0
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))
+"""The bench extra's, beside this interpreter: found without the virtualenv activated."""
 STARTING_CLIENTS = 8
 
 
@@ -61,7 +63,7 @@ def spy(pid: int, seconds: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy sampling the threads that hold the GIL: where the one core's time goes."""
     return subprocess.Popen(
         [
-            *("py-spy", "record", "--nonblocking", "--gil", "--format", "raw"),
+            *(PY_SPY, "record", "--nonblocking", "--gil", "--format", "raw"),
             *("--rate", "200", "--duration", str(seconds)),
             *("--pid", str(pid), "--output", str(out)),
         ],
