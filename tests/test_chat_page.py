@@ -384,7 +384,18 @@ def test_a_deployment_s_logo_colour_and_suggested_prompts(paced: LiveServer, pag
 
 @pytest.mark.parametrize(
     "logo",
-    ["javascript:alert(1)", "http://cdn.example/logo.png", "data:text/html;base64,PHA+", "x"],
+    [
+        "javascript:alert(1)",
+        "http://cdn.example/logo.png",
+        "data:text/html;base64,PHA+",
+        "x",
+        "https://例え.jp/logo.png",  # not ASCII: a header cannot carry it
+        "https://a.test;sandbox/logo.png",  # would add a directive to the page's policy
+        "https://a.test,b.test/logo.png",
+        "https://user:secret@a.test/logo.png",
+        "https://a.test/logo\\.png",
+        "https://a.test/\x01.png",
+    ],
 )
 def test_a_logo_is_an_https_or_image_data_url(paced: LiveServer, logo: str) -> None:
     with paced.client() as client:

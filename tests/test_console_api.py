@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from base64 import urlsafe_b64encode
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from starlette.requests import Request
 
+from agentstream.server.auth import same_origin
 from agentstream.store import Store
 from conftest import STORES, LiveServer, run_events, serve_on
 
@@ -50,12 +53,19 @@ def test_a_key_is_exchanged_for_a_cookie_the_api_accepts_until_sign_out(
         assert live.key not in cookie
         assert client.get(SESSION).json() == {"key_name": "demo"}
         assert client.get("/api/agents").status_code == 200
+        first = client.cookies["agentstream_console"]
+        sign_in(client, live.key).raise_for_status()
         token = client.cookies["agentstream_console"]
+        assert refused_with(live, first), "signing in again ends the session before"
 
         assert client.delete(SESSION).status_code == 204
         assert "agentstream_console" not in client.cookies
-    with httpx.Client(base_url=live.url, cookies={"agentstream_console": token}) as stolen:
-        assert stolen.get("/api/agents").status_code == 401, "signed out everywhere"
+    assert refused_with(live, token), "signed out everywhere"
+
+
+def refused_with(live: LiveServer, token: str) -> bool:
+    with httpx.Client(base_url=live.url, cookies={"agentstream_console": token}) as other:
+        return other.get("/api/agents").status_code == 401
 
 
 def test_a_wrong_key_gets_no_cookie_and_names_the_field(live: LiveServer) -> None:
@@ -181,3 +191,50 @@ def test_executions_of_every_workflow_are_listed_and_filtered(live: LiveServer) 
     with live.client() as client:
         refused = client.get("/api/workflows/executions", params={"status": "done"})
     assert (refused.status_code, refused.json()["error"]["field"]) == (422, "status")
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "same"),
+    [
+        ("http://console.test:3000", "console.test:3000", True),
+        ("https://console.test", "console.test:443", True),  # the default port, said or not
+        ("https://Console.test:443", "console.test", True),
+        ("http://console.test", "console.test:3000", False),
+        ("https://evil.test", "console.test", False),
+        ("null", "console.test", False),  # a sandboxed frame, a file
+        ("null", "", False),
+        ("http://console.test:x", "console.test", False),
+        (None, "console.test", False),
+    ],
+)
+def test_same_origin_compares_host_and_port(origin: str | None, host: str, same: bool) -> None:
+    headers = [(b"host", host.encode())]
+    if origin is not None:
+        headers.append((b"origin", origin.encode()))
+    request = Request({"type": "http", "method": "POST", "path": "/", "headers": headers})
+    assert same_origin(request) is same
+
+
+@pytest.mark.parametrize("url", ["/api/agents/runs", "/api/sessions", "/api/workflows/executions"])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"since": "0001-01-01T00:00:00+01:00"}, "since"),
+        ({"until": "9999-12-31T23:59:59-01:00"}, "until"),
+        ({"cursor": urlsafe_b64encode(b"0001-01-01T00:00:00+01:00|run_x").decode()}, "cursor"),
+        ({"limit": 10_000}, "limit"),
+    ],
+)
+def test_dates_past_the_calendar_name_the_field(
+    server: LiveServer, url: str, params: dict[str, Any], field: str
+) -> None:
+    with server.client() as client:
+        refused = client.get(url, params=params)
+    assert (refused.status_code, refused.json()["error"]["field"]) == (422, field)
+
+
+def test_no_workflow_takes_the_executions_list_s_name(server: LiveServer) -> None:
+    workflow = {"id": "executions", "blocks": [{"id": "start", "type": "start"}]}
+    with server.client() as client:
+        refused = client.post("/api/workflows", json=workflow)
+    assert (refused.status_code, refused.json()["error"]["field"]) == (422, "id")

@@ -49,7 +49,9 @@ def test_pages_and_assets_send_the_security_headers(server: LiveServer, path: st
         ("/workflows/executions/wfx_0", "/console/executions/wfx_0"),
     ],
 )
-def test_the_home_page_and_the_old_run_view_lead_to_the_console(server: LiveServer, old: str, new: str) -> None:
+def test_the_home_page_and_the_old_run_view_lead_to_the_console(
+    server: LiveServer, old: str, new: str
+) -> None:
     response = httpx.get(server.url + old)
     assert response.status_code in {307, 308}
     assert response.headers["location"] == new

@@ -934,7 +934,7 @@ async def test_a_start_cancelled_once_recorded_still_runs_the_execution_to_a_tru
                 await workflows.recorded.wait()
                 starter.cancel_scope.cancel()  # the client went away
                 workflows.go_on.set()
-            [record] = await workflows.list_executions(RunQuery(kind="workflow", owner_id="echo"))
+            [record] = await workflows.list_executions(RunQuery(workflow_id="echo"))
             assert record.id in supervisor.log, "recorded, so started"
             following = supervisor.log.subscribe(record.id)
             with anyio.fail_after(10):

@@ -14,6 +14,7 @@ import secrets
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     ConfigDict,
     Field,
@@ -33,6 +34,7 @@ __all__ = [
     "DeploymentUpdate",
     "email_allowed",
     "hash_password",
+    "image_origin",
     "normalize_email",
     "reject_null",
     "verify_password",
@@ -46,15 +48,32 @@ AccentColor = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Origin = Annotated[str, StringConstraints(pattern=r"^https?://[^/?#\s]+$", max_length=300)]
 """A site's origin as a browser sends it: ``scheme://host[:port]``."""
-LogoUrl = Annotated[
-    str,
-    StringConstraints(
-        pattern=r"^(https://[^\s\"'<>]+|data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/]+=*)$",
-        max_length=200_000,
-    ),
-]
+_HTTPS_IMAGE = re.compile(
+    r"https://(?P<origin>[A-Za-z0-9.-]+(:[0-9]{1,5})?)(/[!#-&(-;=?-\[\]-~]*)?"
+)
+"""Printable ASCII, no quotes, angle brackets or backslashes; no user or password."""
+_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/]+=*")
+
+
+def _image_url(value: str) -> str:
+    if not (_HTTPS_IMAGE.fullmatch(value) or _DATA_IMAGE.fullmatch(value)):
+        raise ValueError(
+            "must be an https:// URL (ASCII, no user or password) or a base64 data: URL of "
+            "a PNG, JPEG, GIF, WebP or SVG image"
+        )
+    return value
+
+
+LogoUrl = Annotated[str, StringConstraints(max_length=200_000), AfterValidator(_image_url)]
 """An image: an ``https://`` URL (the page's policy then admits its origin for images), or
 a ``data:`` URL of a PNG, JPEG, GIF, WebP or SVG image, base64, up to about 150 KB."""
+
+
+def image_origin(url: str) -> str | None:
+    """The origin an ``https://`` image comes from, for a page's ``img-src``; None for a
+    ``data:`` URL (which ``img-src`` admits already)."""
+    found = _HTTPS_IMAGE.fullmatch(url)
+    return None if found is None else f"https://{found['origin']}"
 
 
 def reject_null(value: object) -> object:

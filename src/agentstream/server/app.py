@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -19,6 +18,7 @@ from agentstream.agents import AgentSpec
 from agentstream.cluster import Cluster
 from agentstream.config import Settings, write_private
 from agentstream.datadir import make_private
+from agentstream.deployments import image_origin
 from agentstream.errors import NotFound
 from agentstream.knowledge.embedding import MiniLM, embeddings_installed
 from agentstream.knowledge.service import Knowledge
@@ -236,8 +236,8 @@ def create_app(
         if deployment is None:
             return page("chat.html")
         settings = deployment.settings
-        logo = settings.logo_url
-        images = [f"https://{urlsplit(logo).netloc}"] if logo and logo.startswith("https:") else []
+        logo = settings.logo_url and image_origin(settings.logo_url)
+        images = [logo] if logo else []
         return page("chat.html", embed_origins=settings.embed_origins, image_origins=images)
 
     @app.get("/chat/{slug}/widget.js", include_in_schema=False)

@@ -38,11 +38,30 @@ def api_key_of(apikey: str | None, authorization: str | None) -> str | None:
 
 
 def same_origin(request: Request) -> bool:
-    """Whether the request comes from a page of this server. Browsers send ``Origin`` with
-    every request that can change something; a cookie alone must not (cross-site request
-    forgery, should the cookie's SameSite be ignored, or a sibling host send it)."""
+    """Whether the request comes from a page of this server: its ``Origin`` names the host
+    (and port) the request was sent to. Browsers send ``Origin`` with every request that
+    can change something; a cookie alone must not (cross-site request forgery, should the
+    cookie's SameSite be ignored, or a sibling host send it). Behind a proxy, that proxy
+    must pass the ``Host`` the browser sent (nginx: ``proxy_set_header Host $http_host``)."""
     origin = request.headers.get("origin")
-    return origin is not None and urlsplit(origin).netloc == request.headers.get("host")
+    host = request.headers.get("host")
+    if not origin or not host:
+        return False
+    sent = urlsplit(origin)
+    if sent.scheme not in _DEFAULT_PORTS or not sent.hostname:
+        return False  # "null", from a sandboxed frame or a file
+    default = _DEFAULT_PORTS[sent.scheme]
+    received = urlsplit(f"//{host}")
+    try:
+        return (sent.hostname, sent.port or default) == (
+            received.hostname,
+            received.port or default,
+        )
+    except ValueError:  # a port that is not a number
+        return False
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 async def require_api_key(

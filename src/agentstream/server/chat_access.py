@@ -26,6 +26,7 @@ from agentstream.server.rate_limits import InFlight, WindowLimiter, per_minute, 
 from agentstream.store.codes import CodeStore
 from agentstream.store.database import Database
 from agentstream.store.server_secrets import ServerSecrets
+from agentstream.store.tables import digest
 
 __all__ = [
     "CODES_SENT",
@@ -62,11 +63,11 @@ class CodeBook:
 
     async def issue(self, slug: str, email: str) -> str:
         code = f"{secrets.randbelow(10**6):06d}"
-        await self.store.put(slug, email, _digest(code), ttl=self.ttl, tries=self.tries)
+        await self.store.put(slug, email, digest(code), ttl=self.ttl, tries=self.tries)
         return code
 
     async def redeem(self, slug: str, email: str, code: str) -> bool:
-        return await self.store.redeem(slug, email, _digest(code.strip()))
+        return await self.store.redeem(slug, email, digest(code.strip()))
 
 
 _TOKEN = re.compile(r"([A-Za-z0-9_-]*={0,2})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
@@ -162,7 +163,3 @@ def _adopted_or_new_key(settings: Settings) -> str:
     path = settings.secret_key_file
     kept = path.read_text().strip() if path.is_file() else ""
     return kept or secrets.token_urlsafe(32)
-
-
-def _digest(code: str) -> str:
-    return hashlib.sha256(code.encode()).hexdigest()

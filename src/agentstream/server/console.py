@@ -47,6 +47,8 @@ async def sign_in(body: SignIn, request: Request, svc: Svc) -> Response:
     token = await svc.store.console_sessions.open(body.api_key)
     if token is None:
         raise AccessDenied("Not an API key of this server", field="api_key")
+    if (earlier := request.cookies.get(CONSOLE_COOKIE)) is not None:
+        await svc.store.console_sessions.close(earlier)  # one session per browser
     response = Response(status_code=204)
     response.set_cookie(
         CONSOLE_COOKIE,

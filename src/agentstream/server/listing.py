@@ -11,7 +11,7 @@ from typing import Annotated, Protocol
 from fastapi import Query
 
 from agentstream.errors import UserError
-from agentstream.store.pages import Page
+from agentstream.store.paging import Page
 
 __all__ = ["next_cursor", "page_of"]
 
@@ -25,8 +25,8 @@ def page_of(
     """A page of rows created from ``since`` and before ``until`` (ISO 8601; without a zone,
     UTC), after ``cursor`` (a page's ``next_cursor``): a FastAPI dependency."""
     return Page(
-        since=_utc(since),
-        until=_utc(until),
+        since=_utc(since, "since"),
+        until=_utc(until, "until"),
         after=None if cursor is None else _read_cursor(cursor),
         limit=limit,
     )
@@ -48,16 +48,19 @@ def next_cursor(rows: Sequence[_Listed], page: Page) -> str | None:
     return urlsafe_b64encode(f"{last.created_at.isoformat()}|{last.id}".encode()).decode()
 
 
-def _utc(moment: datetime | None) -> datetime | None:
+def _utc(moment: datetime | None, field: str) -> datetime | None:
     if moment is None:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:  # a time zone can take the year 1 or 9999 past what a datetime holds
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise UserError("is out of the range of dates this API keeps", field=field) from None
 
 
 def _read_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         created, row_id = urlsafe_b64decode(cursor.encode()).decode().split("|", 1)
-        moment = _utc(datetime.fromisoformat(created))
+        moment = _utc(datetime.fromisoformat(created), "cursor")
     except ValueError:
         raise UserError("is not a cursor this API gave", field="cursor") from None
     assert moment is not None

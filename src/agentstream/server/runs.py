@@ -23,7 +23,7 @@ from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
-from agentstream.store.pages import Page
+from agentstream.store.paging import Page
 from agentstream.store.runs import RunQuery
 from agentstream.store.store import ApprovalRecord, RunRecord
 from agentstream.views.native import UsageJSON, frame, usage_json
@@ -118,8 +118,7 @@ async def list_runs(
     and before ``until``; a page at a time."""
     runs = await svc.store.list_runs(
         RunQuery(
-            kind="agent",
-            owner_id=agent_id,
+            agent_id=agent_id,
             status=status,
             parent_run_id=parent_run_id,
             page=page,

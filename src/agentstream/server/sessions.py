@@ -13,7 +13,7 @@ from agentstream.errors import NotFound
 from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
-from agentstream.store.pages import Page
+from agentstream.store.paging import Page
 from agentstream.views.native import UsageJSON, usage_json
 
 __all__ = ["router"]

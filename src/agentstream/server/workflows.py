@@ -16,7 +16,7 @@ from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
-from agentstream.store.pages import Page
+from agentstream.store.paging import Page
 from agentstream.store.runs import RunQuery
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
 from agentstream.views.workflow import frame, frames
@@ -144,8 +144,7 @@ async def list_all_executions(
     status, created from ``since`` and before ``until``; a page at a time."""
     records = await svc.workflows.list_executions(
         RunQuery(
-            kind="workflow",
-            owner_id=workflow_id,
+            workflow_id=workflow_id,
             status=status,
             page=page,
         )
@@ -185,7 +184,7 @@ async def delete_workflow(workflow_id: str, svc: Svc) -> Response:
 async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
     """The workflow's latest executions, newest first."""
     records = await svc.workflows.list_executions(
-        RunQuery(kind="workflow", owner_id=workflow_id, page=Page(limit=100))
+        RunQuery(workflow_id=workflow_id, page=Page(limit=100))
     )
     return [ExecutionSummary(**_summary(record)) for record in records]
 

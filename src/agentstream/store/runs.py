@@ -21,7 +21,7 @@ from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
 from agentstream.store.clock import now
 from agentstream.store.database import Database, add
-from agentstream.store.pages import Page, newest_first
+from agentstream.store.paging import Page, newest_first
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 
 __all__ = ["RunKind", "RunQuery", "RunStore", "event_row"]
@@ -33,11 +33,12 @@ RunKind = Literal["agent", "workflow"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunQuery:
-    """Which runs of a kind to list: those that match every filter given, a ``page`` at a
-    time. ``owner_id`` is the agent's or the workflow's."""
+    """Which runs to list: those that match every filter given, a ``page`` at a time."""
 
-    kind: RunKind
-    owner_id: str | None = None
+    agent_id: str | None = None
+    """An agent run's agent."""
+    workflow_id: str | None = None
+    """An execution's workflow."""
     status: str | None = None
     parent_run_id: str | None = None
     page: Page = field(default_factory=Page)
@@ -108,12 +109,12 @@ class RunStore:
         async with self._db.session() as db:
             return await db.scalar(select(RunRow).where(RunRow.id == run_id, RunRow.kind == kind))
 
-    async def page(self, query: RunQuery) -> list[RunRow]:
-        """A page of the runs ``query`` asks for, newest first."""
-        owner = RunRow.agent_id if query.kind == "agent" else RunRow.workflow_id
-        chosen = select(RunRow).where(RunRow.kind == query.kind)
+    async def page(self, kind: RunKind, query: RunQuery) -> list[RunRow]:
+        """A page of the runs of ``kind`` that ``query`` asks for, newest first."""
+        chosen = select(RunRow).where(RunRow.kind == kind)
         for column, value in (
-            (owner, query.owner_id),
+            (RunRow.agent_id, query.agent_id),
+            (RunRow.workflow_id, query.workflow_id),
             (RunRow.status, query.status),
             (RunRow.parent_run_id, query.parent_run_id),
         ):

@@ -7,7 +7,6 @@ share.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,7 @@ from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.console_sessions import ConsoleSessions
 from agentstream.store.database import Database, sqlite_pragmas
-from agentstream.store.pages import Page, newest_first
+from agentstream.store.paging import Page, newest_first
 from agentstream.store.runs import RunQuery, RunStore, event_row
 from agentstream.store.tables import (
     AgentRow,
@@ -42,6 +41,7 @@ from agentstream.store.tables import (
     MessageRow,
     RunRow,
     SessionRow,
+    digest,
 )
 
 __all__ = [
@@ -64,10 +64,6 @@ _SESSION_AGENT = select(SessionRow.agent_id).where(SessionRow.id == bindparam("i
 _SESSION_PAUSED = select(RunRow.id).where(
     RunRow.session_id == bindparam("id"), RunRow.status == "awaiting_approval"
 )
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +182,13 @@ class Store:
         """A new key; only its digest is kept, so this is the one time it can be read."""
         key = "as_" + secrets.token_urlsafe(24)
         async with self.db.write() as db:
-            db.add(ApiKeyRow(name=name, digest=_digest(key), created_at=now()))
+            db.add(ApiKeyRow(name=name, digest=digest(key), created_at=now()))
         return key
 
     async def api_key_name(self, key: str) -> str | None:
         """The name the key was created with, or None if it is not a key of this server."""
-        digest = {"digest": _digest(key)}
-        return await self.db.read(lambda db: db.scalar(_KEY_NAME, digest))
+        values = {"digest": digest(key)}
+        return await self.db.read(lambda db: db.scalar(_KEY_NAME, values))
 
     async def is_api_key(self, key: str) -> bool:
         return await self.api_key_name(key) is not None
@@ -295,10 +291,11 @@ class Store:
 
     async def list_sessions(self, agent_id: str | None, page: Page) -> list[SessionSummary]:
         """Sessions, newest first, of one agent or all, a ``page`` at a time."""
-        query = (
-            select(SessionRow, func.count(RunRow.id), func.max(RunRow.created_at))
-            .outerjoin(RunRow, RunRow.session_id == SessionRow.id)
-            .group_by(SessionRow.id)
+        of_session = RunRow.session_id == SessionRow.id
+        query = select(  # per session listed, not per session stored: counted for the page
+            SessionRow,
+            select(func.count(RunRow.id)).where(of_session).scalar_subquery(),
+            select(func.max(RunRow.created_at)).where(of_session).scalar_subquery(),
         )
         if agent_id is not None:
             query = query.where(SessionRow.agent_id == agent_id)
@@ -421,8 +418,7 @@ class Store:
 
     async def list_runs(self, query: RunQuery) -> list[RunRecord]:
         """Agent runs, newest first, a page at a time (``RunQuery``)."""
-        assert query.kind == "agent", query.kind
-        return [_run_record(row) for row in await self.runs.page(query)]
+        return [_run_record(row) for row in await self.runs.page("agent", query)]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The agent run (None for a workflow execution's id)."""

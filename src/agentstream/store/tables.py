@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -39,7 +40,14 @@ __all__ = [
     "ServerSecretRow",
     "SessionRow",
     "WorkflowRow",
+    "digest",
 ]
+
+
+def digest(secret: str) -> str:
+    """What is kept of a secret (an API key, a console session, a sign-in code): its
+    SHA-256, in hex, never the secret itself."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 class Base(DeclarativeBase):
@@ -62,8 +70,12 @@ class ConsoleSessionRow(Base):
     __tablename__ = "console_sessions"
 
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    """SHA-256 of the session cookie: the cookie itself is never stored."""
-    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    """Of the session cookie (``digest``): the cookie itself is never stored."""
+    key_digest: Mapped[str] = mapped_column(
+        ForeignKey("api_keys.digest", ondelete="CASCADE"), index=True
+    )
+    """The key's digest, not its id: an id can be given again to a later key (SQLite
+    reuses the highest), a digest cannot."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[float] = mapped_column(Float, index=True)
     """Seconds since the epoch."""
@@ -82,6 +94,7 @@ class AgentRow(Base):
 
 class SessionRow(Base):
     __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_listing", "created_at", "id"),)  # newest first
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     agent_id: Mapped[str] = mapped_column(String(100), index=True)
@@ -172,6 +185,7 @@ class RunRow(Base):
     its orchestration blocks' runs. No foreign key: a run outlives its parent's deletion."""
 
     __table_args__ = (
+        Index("ix_runs_listing", "kind", "created_at", "id"),  # newest first (``paging``)
         Index(
             "runs_one_live_per_session",
             "session_id",

@@ -160,8 +160,7 @@ class WorkflowStore:
 
     async def list_executions(self, query: RunQuery) -> list[ExecutionRecord]:
         """Executions, newest first, a page at a time (``RunQuery``)."""
-        assert query.kind == "workflow", query.kind
-        return [_record(row) for row in await self._runs.page(query)]
+        return [_record(row) for row in await self._runs.page("workflow", query)]
 
     async def execution_events(self, execution_id: str) -> list[Event]:
         return await self._runs.events(execution_id)

@@ -232,9 +232,19 @@ async function runsView() {
 
 // One run: its summary, the approvals it waits for, its steps, the runs it started, and its
 // events in order; followed live while it is going.
-async function runView(runId) {
-  const run = await api(`/api/agents/runs/${encodeURIComponent(runId)}`);
+let drawn = 0;  // the run page's drawings: only the latest may draw or follow
+let following = null;  // the AbortController of the live stream it follows
+
+async function runView(runId, quietRounds = 0) {
+  const drawing = ++drawn;
+  following?.abort();
+  const [run, children] = await Promise.all([
+    api(`/api/agents/runs/${encodeURIComponent(runId)}`),
+    api(withQuery("/api/agents/runs", { parent_run_id: runId, limit: "200" })),
+  ]);
+  if (drawing !== drawn) return;  // a later drawing began meanwhile: it draws
   document.title = `Run ${run.id} · agentstream`;
+  setStatus("");
   view.replaceChildren();
   const title = element("h1", "", `Run `);
   title.append(element("span", "id", run.id), " ", badge(run.status));
@@ -265,12 +275,11 @@ async function runView(runId) {
       ["Tool calls", (s) => run.tool_calls.filter((c) => c.step === s.step).map((c) => `${c.name} (${duration(c.duration_ms) || c.status || "running"})`).join(", ")],
     ], run.steps).node);
   }
-  const children = await api(withQuery("/api/agents/runs", { parent_run_id: run.id, limit: "200" }));
   if (children.runs.length) view.append(heading("Runs it started"), table(RUN_COLUMNS, children.runs).node);
   const events = element("ol", "events");
   for (const frame of run.events) events.append(eventItem(frame));
   view.append(heading("Events"), events);
-  if (LIVE.has(run.status)) follow(run, events, answer);
+  if (LIVE.has(run.status)) follow(run, events, answer, drawing, quietRounds);
 }
 
 function runSummary(run) {
@@ -305,14 +314,16 @@ function approvalCard(run, approval) {
   reason.placeholder = "Reason (shown to the model with a denial)";
   const approve = element("button", "", "Approve");
   const deny = element("button", "danger", "Deny");
-  const decide = (verdict) => async () => {
+  // One decision at a time: every card's buttons wait for it.
+  const decide = (verdict) => () => attempt(view.querySelectorAll(".approval button"), async () => {
     await send("POST", `/api/agents/runs/${encodeURIComponent(run.id)}/${verdict}`, {
       tool_call_id: approval.tool_call_id, reason: reason.value.trim() || null,
     });
     await runView(run.id);  // running again once every call is decided: followed live
-  };
-  onClick(approve, decide("approve"));
-  onClick(deny, decide("deny"));
+  });
+  approve.type = deny.type = "button";
+  approve.addEventListener("click", decide("approve"));
+  deny.addEventListener("click", decide("deny"));
   actions.append(reason, approve, deny);
   card.append(actions);
   return card;
@@ -338,27 +349,40 @@ function eventItem(frame) {
 }
 
 // The run's live stream from after its last persisted event: deltas grow the answer, other
-// frames join the events; at its end the page is drawn again from the record.
-async function follow(run, events, answer) {
+// frames join the events; at its end the page is drawn again from the record. A stream that
+// gave nothing while the record says "running" (its process gone, before its runs are
+// marked so) is tried again after a wait that doubles, up to 8 s.
+async function follow(run, events, answer, drawing, quietRounds) {
+  if (quietRounds) {
+    setStatus("Reconnecting…");
+    await new Promise((resolve) => setTimeout(resolve, Math.min(8000, 500 * 2 ** quietRounds)));
+    if (drawing !== drawn) return;
+  }
+  following = new AbortController();
   const after = run.events.length ? run.events[run.events.length - 1].seq : 0;
+  const url = `/api/agents/runs/${encodeURIComponent(run.id)}/stream?after=${after}`;
   answer.classList.add("live");
   let live = "";
+  let heard = false;
   try {
-    const response = await fetch(`/api/agents/runs/${encodeURIComponent(run.id)}/stream?after=${after}`);
-    if (response.status === 204) return await runView(run.id);
+    const response = await fetch(url, { signal: following.signal });
+    if (response.status === 401) return showSignIn();
     if (!response.ok) return setStatus(await errorMessage(response), true);
-    for await (const frame of sseData(response.body)) {
-      if (frame.event === "content_delta") {
-        live += frame.delta;
-        answer.textContent = live;
-      } else if (frame.event !== "reasoning_delta") {
-        events.append(eventItem(frame));
+    if (response.status !== 204) {
+      for await (const frame of sseData(response.body)) {
+        heard = true;
+        if (frame.event === "content_delta") {
+          live += frame.delta;
+          answer.textContent = live;
+        } else if (frame.event !== "reasoning_delta") {
+          events.append(eventItem(frame));
+        }
       }
     }
-    await runView(run.id);
   } catch (error) {
-    if (!(error instanceof SignedOut)) setStatus(`Connection lost: ${error.message}`, true);
+    if (error.name === "AbortError") return;  // drawn again meanwhile
   }
+  if (drawing === drawn) await runView(run.id, heard ? 0 : quietRounds + 1);
 }
 
 // --- sessions --------------------------------------------------------------------------
@@ -527,21 +551,22 @@ function showSignIn() {
   $("signin-key").focus();
 }
 
-async function signIn(event) {
-  event.preventDefault();
+// Not through api(): a 401 here is a wrong key, to say so, not a reason to sign in.
+async function signIn() {
   const response = await fetch("/api/console/session", {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ api_key: $("signin-key").value.trim() }),
   });
-  if (!response.ok) return setStatus(await errorMessage(response), true);
+  if (!response.ok) throw new Error(await errorMessage(response));
   const next = query.get("next");
   // Back where the reader was sent from: a page of this console only.
   location.assign(next && next.startsWith("/console") ? next : location.pathname);
 }
 
 async function signOut() {
-  await fetch("/api/console/session", { method: "DELETE" });
+  const response = await fetch("/api/console/session", { method: "DELETE" });
+  if (!response.ok) throw new Error(await errorMessage(response));
   location.assign("/console");
 }
 
@@ -558,8 +583,8 @@ const ROUTES = [
 ];
 
 async function start() {
-  $("signin-form").addEventListener("submit", signIn);
-  $("sign-out").addEventListener("click", signOut);
+  onSubmit($("signin-form"), signIn);
+  onClick($("sign-out"), signOut);
   try {
     const { key_name: name } = await api("/api/console/session");
     $("who").textContent = `Signed in with the key “${name}”`;

@@ -28,7 +28,7 @@ function setStatus(text, isError = false) {
 }
 
 // Signed out (or never in): to the console's sign-in, which brings the reader back here.
-function signIn(response) {
+function toSignInOn401(response) {
   if (response.status !== 401) return false;
   location.assign(`/console?next=${encodeURIComponent(location.pathname)}`);
   return true;
@@ -109,7 +109,7 @@ function drawGraph(workflowId, definition) {
 
 async function loadWorkflow(workflowId) {
   const response = await fetch(`/api/workflows/${encodeURIComponent(workflowId)}`);
-  if (signIn(response)) return;
+  if (toSignInOn401(response)) return;
   if (!response.ok) throw new Error(await errorMessage(response));
   const body = await response.json();
   const definition = body.workflow;  // {workflow: definition as saved, version, ...}
@@ -221,7 +221,7 @@ async function follow(url, init) {
   $("stop").hidden = false;
   try {
     const response = await fetch(url, { ...init, signal: controller.signal });
-    if (signIn(response)) return;
+    if (toSignInOn401(response)) return;
     if (!response.ok) return setStatus(await errorMessage(response), true);
     for await (const frame of sseData(response.body)) {
       if (!graph) await loadWorkflow(frame.workflowId);

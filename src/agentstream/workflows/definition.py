@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from agentstream.agents import AgentSpec
 from agentstream.inputs import InputModel
@@ -218,3 +218,10 @@ class Workflow(InputModel):
     description: str = Field(default="", max_length=10_000)
     blocks: list[Block] = Field(min_length=1)
     edges: list[Edge] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value == "executions":  # GET /api/workflows/executions lists every execution
+            raise ValueError("'executions' is reserved: choose another id")
+        return value

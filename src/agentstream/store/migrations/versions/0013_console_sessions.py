@@ -5,6 +5,7 @@ What the console needs:
 - ``console_sessions``: a browser's sign-in, made by exchanging an API key for a session
   cookie; only the cookie's digest is kept. A session ends at sign-out, at its expiry, or
   with its key (revoking a key signs out every browser that used it).
+- indexes for the lists, newest first: runs by kind and creation, sessions by creation.
 - ``runs.parent_run_id``: the run that started a run (an orchestration's coordinator run
   for its entities' runs; a workflow execution for its orchestration blocks' coordinator
   runs), so the console links them both ways. Null for runs started by a client, and for
@@ -31,9 +32,9 @@ def upgrade() -> None:
         "console_sessions",
         sa.Column("digest", sa.String(64), primary_key=True),
         sa.Column(
-            "key_id",
-            sa.Integer(),
-            sa.ForeignKey("api_keys.id", ondelete="CASCADE"),
+            "key_digest",
+            sa.String(64),
+            sa.ForeignKey("api_keys.digest", ondelete="CASCADE"),
             nullable=False,
             index=True,
         ),
@@ -43,10 +44,14 @@ def upgrade() -> None:
     with op.batch_alter_table("runs") as runs:
         runs.add_column(sa.Column("parent_run_id", sa.String(40), nullable=True))
         runs.create_index("ix_runs_parent_run_id", ["parent_run_id"])
+        runs.create_index("ix_runs_listing", ["kind", "created_at", "id"])
+    op.create_index("ix_sessions_listing", "sessions", ["created_at", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_sessions_listing", "sessions")
     with op.batch_alter_table("runs") as runs:
+        runs.drop_index("ix_runs_listing")
         runs.drop_index("ix_runs_parent_run_id")
         runs.drop_column("parent_run_id")
     op.drop_table("console_sessions")
