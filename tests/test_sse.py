@@ -1,3 +1,4 @@
+import json
 import re
 from itertools import pairwise
 
@@ -5,6 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentstream.events import RunStarted
+from agentstream.server.streams import encode_events
 from agentstream.sse import ServerSentEvent, SSEDecoder, comment, encode
 
 Ev = ServerSentEvent
@@ -241,3 +244,29 @@ def test_round_trip_with_arbitrary_chunking(
     chunks = [stream[a:b] for a, b in pairwise(bounds)]
     assert b"".join(chunks) == stream
     assert decode(*chunks) == expected
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+@settings(max_examples=300)
+def test_frames_carry_json_exactly_as_json_dumps_writes_it(value: object) -> None:
+    """The frame encoder is built once for speed; its bytes are the standard library's."""
+    started = RunStarted(run_id="run_1", seq=1, ts=0.0)
+    encoded = encode_events([started], lambda _: [value]).decode()  # type: ignore[list-item]
+    assert encoded == f"data: {json.dumps(value, separators=(',', ':'))}\n\n"
+
+
+def test_frames_never_carry_nan() -> None:
+    started = RunStarted(run_id="run_1", seq=1, ts=0.0)
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        encode_events([started], lambda _: [{"cost": float("nan")}])

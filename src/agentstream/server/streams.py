@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query
@@ -45,9 +46,23 @@ __all__ = [
 Render = Callable[[Event], Iterable[dict[str, Any]]]
 """A view: the frames one event becomes on a surface (often none or one)."""
 
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-"""One encoder for every frame: ``json.dumps`` with options builds a new one per call.
-Never a bare ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it)."""
+
+def _frame_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False)``, made once: never a bare
+    ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it). The C encoder
+    is built here, once, where ``JSONEncoder.encode`` builds a new one on every call: that
+    was a third of what encoding a token's frame cost. Same bytes either way."""
+    encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return encoder.encode
+    encode = c_make_encoder(
+        None, encoder.default, encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    return lambda value: "".join(encode(value, 0))
+
+
+_to_json = _frame_encoder()
+"""One encoder for every frame."""
 
 DONE = b"data: [DONE]\n\n"
 """The last frame of an OpenAI or AI SDK stream (the public chat's is a JSON string)."""
