@@ -12,7 +12,7 @@ written to the database, the assembled text is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, dataclass_transform
 
 from pydantic import Field, TypeAdapter
 
@@ -57,6 +57,17 @@ FailureStatus = Literal["error", "timeout", "cancelled", "interrupted"]
 INTERRUPTED = "The server stopped during the run"
 """Why a run that the server's stopping (or a crash) cut off ended."""
 
+T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def event(cls: type[T]) -> type[T]:
+    """An event class: a dataclass with slots and keyword-only fields, frozen to the type
+    checker (which holds the code and the tests to it) but not at run time, where a frozen
+    dataclass sets each field through ``object.__setattr__``: a token's event took three
+    times as long to make (docs/benchmarks.md, issue 14)."""
+    return dataclass(slots=True, kw_only=True)(cls)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
@@ -82,7 +93,7 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BaseEvent:
     """Fields every event carries."""
 
@@ -98,13 +109,13 @@ class BaseEvent:
     """The workflow block the event is about; None for the run itself."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class _StepScoped(BaseEvent):
     step: int
     """The agent step (one model turn and its tool calls), from 1."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class RunStarted(BaseEvent):
     """The run was accepted and is executing. Always the first event."""
 
@@ -117,14 +128,14 @@ class RunStarted(BaseEvent):
     """The workflow being executed, for a workflow run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class StepStarted(_StepScoped):
     """A model turn begins."""
 
     type: Literal["step_started"] = "step_started"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ReasoningDelta(_StepScoped):
     """A piece of the model's reasoning, live."""
 
@@ -134,7 +145,7 @@ class ReasoningDelta(_StepScoped):
     """The new reasoning text."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class Reasoning(_StepScoped):
     """The step's whole reasoning, assembled: what replay shows of the model's thinking."""
 
@@ -143,7 +154,7 @@ class Reasoning(_StepScoped):
     """The assembled reasoning of this step."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ReasoningSummary(_StepScoped):
     """The model's own summary of the step's reasoning, at the end of the step."""
 
@@ -152,7 +163,7 @@ class ReasoningSummary(_StepScoped):
     """The summary, whole."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class TextDelta(_StepScoped):
     """A piece of answer text, live; provisional until the turn settles."""
 
@@ -170,7 +181,7 @@ STEP_SEPARATOR = "\n\n"
 """Between two steps' text where all of a run's text is shown, so words do not glue."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class TextRetracted(_StepScoped):
     """The turn resolved to tool calls: the text it streamed was preamble, not answer.
 
@@ -182,7 +193,7 @@ class TextRetracted(_StepScoped):
     """The step's preamble, whole (without a ``separator``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class Text(_StepScoped):
     """The settled text of a final turn (one that called no tools)."""
 
@@ -191,7 +202,7 @@ class Text(_StepScoped):
     """The turn's whole answer text."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ToolCall(_StepScoped):
     """The model called a tool; arguments are complete and parsed."""
 
@@ -204,7 +215,7 @@ class ToolCall(_StepScoped):
     """The arguments as the model sent them."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ToolResult(_StepScoped):
     """A tool call settled: with a result, an error for the model, or cancelled."""
 
@@ -219,7 +230,7 @@ class ToolResult(_StepScoped):
     """The tool's JSON-able return value, or the error message shown to the model."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ApprovalRequested(_StepScoped):
     """A tool call waits for a person to approve or deny it; the run pauses after these."""
 
@@ -232,7 +243,7 @@ class ApprovalRequested(_StepScoped):
     """The arguments it would be called with."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class ContextHandlerCreated(_StepScoped):
     """A tool (``knowledge_search``) retrieved passages for the run: their citations are at
     ``GET /api/context-handlers/{context_handler_id}``, for a citation panel."""
@@ -244,7 +255,7 @@ class ContextHandlerCreated(_StepScoped):
     """The handler holding the passages, in the order the answer numbers them."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class RunPaused(BaseEvent):
     """The run stopped to wait for approvals; it continues, with the same seqs, once they
     are decided."""
@@ -254,14 +265,14 @@ class RunPaused(BaseEvent):
     """The call ids waiting for a decision."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class StepCompleted(_StepScoped):
     """The model turn and all its tool calls have settled."""
 
     type: Literal["step_completed"] = "step_completed"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class RunCompleted(BaseEvent):
     """The run finished. Always the last event of a successful run."""
 
@@ -275,7 +286,7 @@ class RunCompleted(BaseEvent):
     """Tokens an agent run used."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class RunFailed(BaseEvent):
     """The run ended without an answer. Always the last event of an unsuccessful run."""
 
@@ -288,7 +299,7 @@ class RunFailed(BaseEvent):
     """The block whose failure short-circuited a workflow, if one did."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class _EntityScoped(BaseEvent):
     entity: str
     """The entity: the agent the coordinator delegated to."""
@@ -296,7 +307,7 @@ class _EntityScoped(BaseEvent):
     """The entity's own run, which tells apart two delegations to one entity."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class DelegationStarted(_EntityScoped):
     """The coordinator handed a task to one of its entities, which now runs."""
 
@@ -305,7 +316,7 @@ class DelegationStarted(_EntityScoped):
     """What the coordinator asked: all the entity knows of the conversation."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class EntityChunk(_EntityScoped):
     """A piece of an entity's text, live: its deltas, each step's set apart as the native
     surface does (``TextDelta.separator``)."""
@@ -316,7 +327,7 @@ class EntityChunk(_EntityScoped):
     """The new text."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class EntityText(_EntityScoped):
     """All a delegation's ``EntityChunk`` deltas, assembled, once the entity's run ended:
     what a replay shows of what the entity said. Live viewers had it as the deltas, so they
@@ -327,7 +338,7 @@ class EntityText(_EntityScoped):
     """The deltas joined."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class DelegationCompleted(_EntityScoped):
     """An entity's run ended; what it answered is what the coordinator's tool call returns."""
 
@@ -340,13 +351,13 @@ class DelegationCompleted(_EntityScoped):
     """Why it did not answer, otherwise."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class _BlockLifecycle(BaseEvent):
     block_id: str
     """The block this event is about."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BlockStarted(_BlockLifecycle):
     """The engine is about to execute a block: all its predecessors are done."""
 
@@ -355,7 +366,7 @@ class BlockStarted(_BlockLifecycle):
     """The block's type, e.g. ``agent`` or ``condition``."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BlockOutput(_BlockLifecycle):
     """A block finished with this output, which downstream blocks may reference."""
 
@@ -364,14 +375,14 @@ class BlockOutput(_BlockLifecycle):
     """The block's output fields, e.g. ``{"content": ...}`` for an agent."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BlockCompleted(_BlockLifecycle):
     """A block has fully finished, after its output."""
 
     type: Literal["block_completed"] = "block_completed"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BlockError(_BlockLifecycle):
     """A block failed. The workflow short-circuits unless the block has error edges, whose
     handlers run next with ``<block.error>``."""
@@ -383,7 +394,7 @@ class BlockError(_BlockLifecycle):
     """True when error edges lead on from here, so the execution continues."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event
 class BlockSkipped(_BlockLifecycle):
     """The block will not run: every edge into it was not taken (a condition's other branch,
     a success edge of a failed block, or a skipped predecessor)."""
