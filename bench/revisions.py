@@ -1,0 +1,96 @@
+"""Scenario 1's stream, a revision against the working tree: ``python -m bench.revisions REV
+[ROUNDS]``.
+
+Both servers run at once, each from its own source (``REV`` from ``git archive`` into a
+scratch folder), and take turns streaming the same 10,000 tokens, so that drift in the
+machine's load hits both alike. Besides tokens per second it counts the server's CPU time
+per stream (user and system, from ``/proc``): on a machine shared with other work, CPU
+time moves much less than wall-clock time, so it shows a change of a few percent that
+tokens per second hides in noise.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from bench.loopback import Server, post_stream, server_process
+
+TOKENS = 10_000
+REQUEST = f'{{"message": "Write {TOKENS} words", "reasoning": false}}'.encode()
+PATH = "/api/agents/demo/run/stream"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of the process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def checkout(revision: str, folder: Path) -> None:
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision, "src"], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+
+
+def compare(revision: str, rounds: int) -> dict[str, dict[str, float]]:
+    with (
+        tempfile.TemporaryDirectory() as source,
+        tempfile.TemporaryDirectory() as before_data,
+        tempfile.TemporaryDirectory() as after_data,
+    ):
+        checkout(revision, Path(source))
+        with (
+            server_process("agentstream", before_data, source=Path(source)) as before,
+            server_process("agentstream", after_data) as after,
+        ):
+            servers = {revision: (before, before_data), "working tree": (after, after_data)}
+            cpu: dict[str, list[float]] = {name: [] for name in servers}
+            rate: dict[str, list[float]] = {name: [] for name in servers}
+
+            def stream(server: Server, data: str) -> float:
+                key = {"apikey": (Path(data) / "demo-key").read_text().strip()}
+                timing = post_stream(server.port, PATH, REQUEST, key)
+                return timing.frames / timing.total
+
+            for server, data in servers.values():
+                stream(server, data)  # warm-up
+            for turn in range(rounds):
+                order = list(servers) if turn % 2 == 0 else list(servers)[::-1]
+                for name in order:
+                    server, data = servers[name]
+                    spent = cpu_seconds(server.pid)
+                    rate[name].append(stream(server, data))
+                    cpu[name].append(cpu_seconds(server.pid) - spent)
+    return {
+        name: {
+            "cpu_ms": 1000 * statistics.median(cpu[name]),
+            "tokens_per_s": statistics.median(rate[name]),
+        }
+        for name in cpu
+    }
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    revision = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    result = compare(revision, rounds)
+    print(f"{TOKENS:,} tokens, median of {rounds} streams each, taking turns")
+    print(f"{'source':>14}  {'server CPU per stream':>22}  {'tokens/s':>9}")
+    for name, figures in result.items():
+        print(f"{name:>14}  {figures['cpu_ms']:>19.0f} ms  {figures['tokens_per_s']:>9,.0f}")
+
+
+if __name__ == "__main__":
+    main()
