@@ -79,21 +79,32 @@ def test_openapi_documents_the_error_body_the_server_sends(server: LiveServer) -
                 assert "404" in responses, (method, path)
             if "requestBody" in operation or operation.get("parameters"):
                 assert "422" in responses, (method, path)
+            shape = "OpenAIError" if path.startswith("/v1/") else "Error"
             for status, response in responses.items():
-                if status.startswith("4"):
+                if status[0] in "45":
                     schema = response["content"]["application/json"]["schema"]
-                    assert schema == {"$ref": "#/components/schemas/Error"}, (method, path)
-        error = document["components"]["schemas"]["Error"]
-        detail = document["components"]["schemas"]["ErrorDetail"]
-        refused = [
-            http.get("/api/agents"),  # 401
-            http.get("/api/agents/nobody", headers={"apikey": server.key}),  # 404
-            http.post("/api/agents", json={"id": 7}, headers={"apikey": server.key}),  # 422
-        ]
-    assert [r.status_code for r in refused] == [401, 404, 422]
-    for response in refused:
+                    assert schema == {"$ref": f"#/components/schemas/{shape}"}, (method, path)
+        schemas = document["components"]["schemas"]
+        key = {"apikey": server.key}
+        refused = {
+            ("get", "/api/agents", 401): http.get("/api/agents"),
+            ("get", "/api/agents/{agent_id}", 404): http.get("/api/agents/nobody", headers=key),
+            ("post", "/api/agents", 422): http.post("/api/agents", json={"id": 7}, headers=key),
+            ("post", "/api/agents", 409): http.post(
+                "/api/agents", json={"id": "demo", "model": "offline"}, headers=key
+            ),
+            ("get", "/v1/models/{model}", 404): http.get("/v1/models/nobody", headers=key),
+            ("post", "/v1/chat/completions", 422): http.post(
+                "/v1/chat/completions", json={"model": "demo"}, headers=key
+            ),
+        }
+    for (method, path, status), response in refused.items():
+        assert response.status_code == status, (method, path)
+        assert str(status) in document["paths"][path][method]["responses"], (method, path)
+        shape = "OpenAIError" if path.startswith("/v1/") else "Error"
         body = response.json()
-        assert set(body) == set(error["required"])
+        assert set(body) == set(schemas[shape]["required"])
+        detail = schemas[f"{shape}Detail"]
         assert set(detail["required"]) <= set(body["error"]) <= set(detail["properties"])
 
 

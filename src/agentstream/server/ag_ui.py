@@ -23,6 +23,7 @@ from agentstream.errors import Conflict, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import STARTS_RUN, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
@@ -48,7 +49,16 @@ class RunInput(RunAgentInput):
 
 @router.post(
     "/{agent_id}/ag-ui",
-    responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
+        **refusals(
+            {
+                409: "The thread has a run in progress; or, with `resume`, no run of the "
+                "thread waits for an answer, or it waits for more answers"
+            },
+            STARTS_RUN,
+        ),
+    },
 )
 async def run_agent(agent_id: str, body: RunInput, svc: Svc, caller: Caller) -> Any:
     """Run the agent on the thread's new message, or, with ``resume``, continue the run

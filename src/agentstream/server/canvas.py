@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import STARTS_RUN, refusals
 from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
@@ -100,7 +101,7 @@ def _reads(block: Block) -> set[str]:
 @router.post(
     "/api/workflows/{workflow_id}/execute",
     response_class=Response,
-    responses=SSE_RESPONSE,
+    responses={**SSE_RESPONSE, **refusals(STARTS_RUN)},
     dependencies=Auth,
     tags=["workflows"],
 )
@@ -138,7 +139,7 @@ async def execute_draft(
 @router.get(
     "/api/workflows/executions/{execution_id}/canvas",
     response_class=Response,
-    responses=SSE_RESPONSE,
+    responses={**SSE_RESPONSE, 204: {"description": "Nothing more after `after`"}},
     dependencies=Auth,
     tags=["workflows"],
 )

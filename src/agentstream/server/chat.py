@@ -51,6 +51,7 @@ from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
+from agentstream.server.openapi import refusals
 from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
@@ -71,6 +72,11 @@ router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}
+}
+
+NOT_SIGNED_IN = {
+    401: "The deployment is not public and the request has no (or wrong) credentials: its "
+    "`field` says which to send (`apikey`, `password`, `email`, `otp`)"
 }
 
 DONE = b'data: "[DONE]"\n\n'
@@ -249,7 +255,7 @@ class MarkdownOut(BaseModel):
     """The text as Markdown, rendered and sanitized: safe to set as a page's HTML."""
 
 
-@router.post("/{slug}/markdown")
+@router.post("/{slug}/markdown", responses=refusals(NOT_SIGNED_IN))
 async def markdown(slug: str, body: MarkdownIn, request: Request, svc: Svc) -> MarkdownOut:
     """The hosted page's renderer: an answer's text as HTML, for visitors of the chat."""
     deployment = await deployment_or_404(svc, slug)
@@ -266,7 +272,25 @@ def _name(deployment: StoredDeployment) -> str:
     return name if isinstance(name, str) else ""
 
 
-@router.post("/{slug}", response_class=Response, responses=SSE_RESPONSE)
+@router.post(
+    "/{slug}",
+    response_class=Response,
+    responses={
+        **SSE_RESPONSE,
+        **refusals(
+            NOT_SIGNED_IN,
+            {
+                403: "This email is not invited to this chat",
+                409: "The conversation's last answer is still coming, or waits for an approval",
+                429: "Too many messages, answers at once, or sign-in attempts: "
+                "`Retry-After` says when to try again",
+                503: "The assistant cannot answer now (`model_unavailable`: the reason is in "
+                "the server's log), this process is shutting down (`shutting_down`), or, in "
+                "cluster mode, Redis is away (`unavailable`)",
+            },
+        ),
+    },
+)
 async def chat(
     slug: str,
     body: ChatRequest,
@@ -349,7 +373,7 @@ async def _stream(
         raise
 
 
-@router.get("/{slug}/runs/{run_id}/sources")
+@router.get("/{slug}/runs/{run_id}/sources", responses=refusals(NOT_SIGNED_IN))
 async def answer_sources(
     slug: str,
     run_id: str,
@@ -386,7 +410,15 @@ def _excerpt(text: str) -> str:
     return flat if len(flat) <= EXCERPT else flat[: EXCERPT - 1].rsplit(" ", 1)[0] + "…"
 
 
-@router.get("/{slug}/runs/{run_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.get(
+    "/{slug}/runs/{run_id}/stream",
+    response_class=Response,
+    responses={
+        **SSE_RESPONSE,
+        204: {"description": "The answer has nothing more after `after`"},
+        **refusals(NOT_SIGNED_IN),
+    },
+)
 async def follow_answer(
     slug: str,
     run_id: str,

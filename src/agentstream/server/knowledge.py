@@ -16,6 +16,7 @@ from agentstream.errors import NotFound
 from agentstream.inputs import InputModel
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import refusals
 from agentstream.server.services import Services, services
 from agentstream.store.knowledge import Citation, KnowledgeBase, StoredDocument
 
@@ -69,7 +70,11 @@ class ContextHandlerOut(BaseModel):
     created_at: datetime
 
 
-@router.post("/api/knowledge-bases", status_code=201)
+@router.post(
+    "/api/knowledge-bases",
+    status_code=201,
+    responses=refusals({409: "A knowledge base with this id exists"}),
+)
 async def create_knowledge_base(body: KnowledgeBaseCreate, svc: Svc) -> KnowledgeBaseOut:
     base = await svc.knowledge.create_base(body.name, body.description, kb_id=body.id)
     return _base(base)

@@ -30,6 +30,7 @@ from agentstream.events import Event, RunCompleted, RunFailed, RunPaused
 from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
 from agentstream.server.runs import cancel
 from agentstream.server.services import Services, services
 from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
@@ -184,7 +185,23 @@ _STREAM: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/chat/completions", responses=_STREAM)
+@router.post(
+    "/chat/completions",
+    responses={
+        **_STREAM,
+        **refusals(
+            STARTS_RUN,
+            {
+                400: "The body cannot be read (not JSON, or not UTF-8); or, not streamed, the "
+                "run was cancelled (`cancelled`)",
+                409: "Not streamed: the run waits for an approval (`approval_required`)",
+                500: "Not streamed: the run failed (`error`)",
+                504: "Not streamed: the run timed out (`timeout`)",
+            },
+            {503: STARTS_RUN[503] + "; or, not streamed, the run was interrupted"},
+        ),
+    },
+)
 async def chat_completions(body: ChatCompletionRequest, request: Request, svc: Svc) -> Any:
     """Run the agent on the conversation. Streamed, leaving cancels the run."""
     agent = await _agent(svc, body.model)
@@ -239,7 +256,16 @@ async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event
     return events
 
 
-@router.post("/responses", responses=_STREAM)
+@router.post(
+    "/responses",
+    responses={
+        **_STREAM,
+        **refusals(
+            {409: "The previous response's session has a run in progress or waiting"},
+            STARTS_RUN,
+        ),
+    },
+)
 async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> Any:
     """Run the agent as a response: streamed (leaving cancels it, unless ``background``),
     or answered once it has ended, or at once with ``background``."""
@@ -288,7 +314,10 @@ async def _response_run(svc: Services, response_id: str, field: str = "response_
     return run
 
 
-@router.get("/responses/{response_id}", responses=_STREAM)
+@router.get(
+    "/responses/{response_id}",
+    responses={**_STREAM, 204: {"description": "Streamed: nothing after `starting_after`"}},
+)
 async def get_response(
     response_id: str,
     svc: Svc,
@@ -333,7 +362,10 @@ def _as_it_stands(view: ResponseEvents, events: Iterable[Event]) -> dict[str, An
     return view.response
 
 
-@router.post("/responses/{response_id}/cancel")
+@router.post(
+    "/responses/{response_id}/cancel",
+    responses=refusals({409: "The response has ended"}, CANCELS_RUN),
+)
 async def cancel_response(response_id: str, svc: Svc) -> Any:
     """Stop a response that is still going (a background one, say), and answer with it
     once it has ended ``cancelled``."""

@@ -1,17 +1,29 @@
 """The OpenAPI document, with the errors the server really sends: ``{"error": {"code",
-"message", "field"}}`` (``server.errors``) under each status an operation can answer with,
-in place of FastAPI's ``{"detail": [...]}``, which this server never sends. The statuses
-follow from each operation's shape, so a new route is documented without being listed."""
+"message", "field"}}`` (``server.errors``; OpenAI's shape under ``/v1/``) under each status
+an operation can answer with, in place of FastAPI's ``{"detail": [...]}``, which this
+server never sends.
+
+Two sources of statuses: those that follow from an operation's shape (a body: 400, 413;
+a key: 401; an id in the path: 404; parameters: 422), so a new route is documented without
+being listed; and those only the route knows (409, 429, 503, ...), declared where it is
+defined with ``responses=refusals(...)``. Either way the body's schema is filled in here.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
-__all__ = ["document_errors"]
+__all__ = [
+    "CANCELS_RUN",
+    "STARTS_RUN",
+    "document_errors",
+    "refusals",
+]
 
 
 class ErrorDetail(BaseModel):
@@ -29,10 +41,53 @@ class Error(BaseModel):
     error: ErrorDetail
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="What went wrong, for people")
+    type: str = Field(description="``invalid_request_error``, or ``server_error`` for a 5xx")
+    param: str | None = Field(description="The input at fault, dotted, if one is")
+    code: str | None = Field(description="What went wrong, for programs")
+
+
+class OpenAIError(BaseModel):
+    """Every refusal under ``/v1/``, in OpenAI's shape: the official clients read it into
+    their exceptions."""
+
+    error: OpenAIErrorDetail
+
+
 REF = "#/components/schemas/{model}"
-ERROR_RESPONSE = {"content": {"application/json": {"schema": {"$ref": REF.format(model="Error")}}}}
+OPENAI_PATHS = "/v1/"
+
+
+def _error_content(path: str) -> dict[str, Any]:
+    model = "OpenAIError" if path.startswith(OPENAI_PATHS) else "Error"
+    return {"application/json": {"schema": {"$ref": REF.format(model=model)}}}
+
+
+def refusals(*declared: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses=``: the refusals only it can make, each status with when
+    (``{409: "The agent exists"}``, ``STARTS_RUN``); ``document_errors`` adds the body."""
+    return {status: {"description": text} for each in declared for status, text in each.items()}
+
+
+STARTS_RUN: Mapping[int, str] = {
+    503: "No run can start now: this process is shutting down (`shutting_down`; another "
+    "takes new runs), the agent's model cannot run on this server (`model_unavailable`), "
+    "or, in cluster mode, Redis is away (`unavailable`). `Retry-After` says when to try again"
+}
+"""Every operation that starts or continues a run."""
+
+CANCELS_RUN: Mapping[int, str] = {
+    503: "In cluster mode, Redis is away (`unavailable`): the process that executes the run "
+    "cannot be told. `Retry-After` says when to try again"
+}
+"""Every operation that stops a run, wherever it executes."""
 # FastAPI's own error schemas, which no response of this server has.
 FRAMEWORK_ERRORS = ("HTTPValidationError", "ValidationError")
+FASTAPI_422 = {
+    "description": "Validation Error",
+    "content": {"application/json": {"schema": {"$ref": REF.format(model="HTTPValidationError")}}},
+}
 
 
 def _statuses(path: str, operation: dict[str, Any]) -> dict[str, str]:
@@ -54,13 +109,19 @@ def _with_errors(schema: dict[str, Any]) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in FRAMEWORK_ERRORS:
         components.pop(name, None)
-    _, definitions = models_json_schema([(Error, "serialization")], ref_template=REF)
+    _, definitions = models_json_schema(
+        [(Error, "serialization"), (OpenAIError, "serialization")], ref_template=REF
+    )
     components.update(definitions["$defs"])
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             for status, description in _statuses(path, operation).items():
-                responses[status] = {"description": description, **ERROR_RESPONSE}
+                if responses.get(status, FASTAPI_422) == FASTAPI_422:  # else the route's own
+                    responses[status] = {"description": description}
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = _error_content(path)
     return schema
 
 

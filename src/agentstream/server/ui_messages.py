@@ -20,6 +20,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import DONE, STOP_WAIT, follow
@@ -76,7 +77,19 @@ _STREAM: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/{agent_id}/ui-messages", responses=_STREAM)
+@router.post(
+    "/{agent_id}/ui-messages",
+    responses={
+        **_STREAM,
+        **refusals(
+            {
+                409: "The chat has an answer in progress, or the answer the decisions are for "
+                "is not waiting for them (or waits for more)"
+            },
+            STARTS_RUN,
+        ),
+    },
+)
 async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Caller) -> Any:
     """The answer to the chat's last message, or, when the last message is the assistant's
     with decisions on its approvals, the rest of that answer."""
@@ -158,7 +171,11 @@ async def reconnect(agent_id: str, chat_id: ChatId, svc: Svc) -> Any:
     return await _stream(svc, run.id, 0)
 
 
-@router.post("/{agent_id}/ui-messages/{chat_id}/stop", dependencies=[Depends(require_api_key)])
+@router.post(
+    "/{agent_id}/ui-messages/{chat_id}/stop",
+    dependencies=[Depends(require_api_key)],
+    responses=refusals({409: "The chat has no answer in progress"}, CANCELS_RUN),
+)
 async def stop(agent_id: str, chat_id: ChatId, svc: Svc) -> dict[str, str]:
     """Stop the answer in progress (the Stop button): it ends ``cancelled``, and its stream
     with an ``abort`` chunk."""

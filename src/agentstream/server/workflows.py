@@ -13,6 +13,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
@@ -31,6 +32,10 @@ Definition = Annotated[
 ]
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "Workflow events"}
+}
+SSE_FOLLOW_RESPONSE: dict[int | str, dict[str, Any]] = {
+    **SSE_RESPONSE,
+    204: {"description": "The execution has ended and has nothing after `after`"},
 }
 
 
@@ -114,7 +119,9 @@ async def list_workflows(svc: Svc) -> list[WorkflowOut]:
     return [_out(stored) for stored in await svc.workflows.list_workflows()]
 
 
-@router.post("", status_code=201)
+@router.post(
+    "", status_code=201, responses=refusals({409: "A workflow with this id exists, or existed"})
+)
 async def create_workflow(definition: Definition, svc: Svc) -> WorkflowOut:
     """Validate and save a new workflow; 409 if the id exists. A 422 lists every problem in
     ``error.details``, each naming its block and field."""
@@ -153,7 +160,11 @@ async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
     return [ExecutionSummary(**_summary(record)) for record in records]
 
 
-@router.post("/{workflow_id}/run/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.post(
+    "/{workflow_id}/run/stream",
+    response_class=Response,
+    responses={**SSE_RESPONSE, **refusals(STARTS_RUN)},
+)
 async def run_stream(
     workflow_id: str, svc: Svc, body: Annotated[RunIn | None, Body()] = None
 ) -> Any:
@@ -191,7 +202,9 @@ async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
     )
 
 
-@router.get("/executions/{execution_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.get(
+    "/executions/{execution_id}/stream", response_class=Response, responses=SSE_FOLLOW_RESPONSE
+)
 async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """Follow an execution from after ``Last-Event-ID`` or ``?after=`` (the later of the
     two): live events (deltas included) while it is in this server's log, else a replay of
@@ -212,7 +225,10 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
     )
 
 
-@router.post("/executions/{execution_id}/cancel")
+@router.post(
+    "/executions/{execution_id}/cancel",
+    responses=refusals({409: "The execution has ended"}, CANCELS_RUN),
+)
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
