@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from ag_ui.core import RunAgentInput, UserMessage
 from ag_ui.core.types import ResumeEntry
 from fastapi import APIRouter, Depends
+from pydantic import ConfigDict
 
 from agentstream.agents import StoredAgent
 from agentstream.errors import Conflict, UserError
@@ -45,6 +46,22 @@ class RunInput(RunAgentInput):
     the run (``RUN_STARTED`` says how)."""
 
     run_id: str | None = None  # type: ignore[assignment]
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "threadId": "thread-1",
+                    "runId": "run-1",
+                    "messages": [{"id": "m1", "role": "user", "content": "What is 17 * 23?"}],
+                    "state": {},
+                    "tools": [],
+                    "context": [],
+                    "forwardedProps": {},
+                }
+            ]
+        }
+    )
 
 
 @router.post(

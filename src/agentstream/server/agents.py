@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agentstream.agents import AgentSpec, AgentUpdate, StoredAgent
 from agentstream.errors import Conflict, NotFound
@@ -24,6 +24,12 @@ Svc = Annotated[Services, Depends(services)]
 
 
 class RunRequest(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"message": "What is 17 * 23? Think first.", "reasoning": True}]
+        }
+    )
+
     message: MessageText
     """The user's message."""
     session_id: str | None = Field(default=None, max_length=40)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
 from fastapi.responses import FileResponse
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
@@ -60,6 +60,10 @@ class DraftRunIn(InputModel):
     """Accepted, changes nothing: no block output holds files."""
     base64MaxBytes: int | None = Field(default=None, gt=0)
     """Accepted, changes nothing."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"input": "What is 17 * 23?", "stream": True}]}
+    )
 
     @field_validator("stream")
     @classmethod

@@ -26,7 +26,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import StoredAgent
 from agentstream.deployments import (
@@ -100,6 +100,15 @@ STILL_ANSWERING = "The answer to your last message is still coming; wait for it 
 
 class ChatRequest(InputModel):
     """A message, or credentials only (then nothing runs: the reply says you're in)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"input": "Think briefly, then say hi", "conversationId": "c-42"},
+                {"password": "correct horse battery staple"},
+            ]
+        }
+    )
 
     input: MessageText | None = None
     conversationId: str | None = Field(default=None, pattern=CONVERSATION_ID)
@@ -246,6 +255,8 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
 
 
 class MarkdownIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "**17 × 23** is `391`."}]})
+
     text: str = Field(max_length=1_000_000)
     """An answer's text, as far as it has come."""
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import AgentId
 from agentstream.errors import NotFound
@@ -30,6 +30,14 @@ DOCUMENT_UPLOADS = re.compile(r"/api/knowledge-bases/[^/]+/documents")
 
 
 class KnowledgeBaseCreate(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"id": "handbook", "name": "Handbook", "description": "How we work, in full"}
+            ]
+        }
+    )
+
     id: AgentId | None = None
     """Optional: a readable id to name it by in agent definitions; default ``kb_…``."""
     name: str = Field(min_length=1, max_length=200)
@@ -52,6 +60,10 @@ class KnowledgeBaseDetail(KnowledgeBaseOut):
 
 
 class SearchRequest(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"query": "How many days of leave?", "top_k": 3}]}
+    )
+
     query: str = Field(min_length=1, max_length=2_000)
     top_k: int = Field(default=5, ge=1, le=50)
 
@@ -103,8 +115,10 @@ async def delete_knowledge_base(kb_id: str, svc: Svc) -> Response:
 async def add_document(
     kb_id: str,
     svc: Svc,
-    file: Annotated[UploadFile, File(description="A .txt, .md or .pdf file")],
-    name: Annotated[str | None, Form(max_length=300)] = None,
+    file: Annotated[
+        UploadFile, File(description="A .txt, .md or .pdf file", examples=["leave.md"])
+    ],
+    name: Annotated[str | None, Form(max_length=300, examples=["Leave policy"])] = None,
 ) -> StoredDocument:
     """Upload a document (multipart ``file``): it is extracted, chunked and embedded, and is
     searchable once this returns."""

@@ -101,6 +101,18 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(_Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "What is 17 * 23?"}],
+                    "stream": True,
+                }
+            ]
+        }
+    )
+
     model: str = Field(min_length=1, max_length=200)
     """The agent's id."""
     messages: list[ChatMessage] = Field(min_length=1, max_length=1_000)
@@ -118,6 +130,15 @@ class InputMessage(BaseModel):
 
 
 class ResponseRequest(_Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "demo", "input": "What is 17 * 23?", "stream": True},
+                {"model": "demo", "input": "What time is it?", "background": True},
+            ]
+        }
+    )
+
     model: str = Field(min_length=1, max_length=200)
     """The agent's id."""
     input: MessageText | list[InputMessage] = Field(min_length=1)

@@ -105,6 +105,45 @@ def _statuses(path: str, operation: dict[str, Any]) -> dict[str, str]:
     return statuses
 
 
+PARAMETER_EXAMPLES: Mapping[str, Any] = {
+    "agent_id": "demo",
+    "model": "demo",
+    "run_id": "run_5f0c6b1e9a2d4e7f8a3b2c1d0e9f8a7b",
+    "response_id": "run_5f0c6b1e9a2d4e7f8a3b2c1d0e9f8a7b",
+    "session_id": "ses_0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a",
+    "chat_id": "chat-1",
+    "slug": "support",
+    "kb_id": "handbook",
+    "document_id": "doc_7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b",
+    "handler_id": "ctx_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d",
+    "workflow_id": "greeting",
+    "execution_id": "wfx_9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d",
+    "conversationId": "c-42",
+    "status": "completed",
+    "since": "2026-01-01T00:00:00Z",
+    "until": "2026-02-01T00:00:00Z",
+    "cursor": "MjAyNi0wMS0wMVQwMDowMDowMCswMDowMHxydW5fMQ==",
+    "limit": 20,
+    "after": 12,
+    "last-event-id": 12,
+    "starting_after": 12,
+    "stream": True,
+    "protocol": "agent-events-v1",
+    "X-Sim-Stream-Protocol": "agent-events-v1",
+}
+"""An example of each parameter, by name: a name means the same thing on every operation.
+The ids are those a demo server has once the request examples have created what they
+name (``tests/test_api_examples.py``)."""
+
+
+def _with_examples(schema: dict[str, Any]) -> None:
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if "example" not in parameter and "examples" not in parameter:
+                    parameter["example"] = PARAMETER_EXAMPLES[parameter["name"]]
+
+
 def _with_errors(schema: dict[str, Any]) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in FRAMEWORK_ERRORS:
@@ -132,6 +171,7 @@ def document_errors(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = _with_errors(generate())
+            _with_examples(app.openapi_schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way

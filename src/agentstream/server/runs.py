@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
@@ -186,6 +186,12 @@ async def get_run(run_id: str, svc: Svc) -> RunOut:
 
 
 class DecisionIn(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"tool_call_id": "call_1", "reason": "Not with customer data"}]
+        }
+    )
+
     tool_call_id: str = Field(max_length=100)
     """The call to decide on, from its ``approval_requested`` frame."""
     reason: str | None = Field(default=None, max_length=2_000)

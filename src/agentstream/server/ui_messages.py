@@ -64,7 +64,24 @@ class UIMessage(BaseModel):
 class ChatRequest(BaseModel):
     """What ``DefaultChatTransport`` sends (and what a ``body`` option adds, ignored)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "chat-1",
+                    "messages": [
+                        {
+                            "id": "m1",
+                            "role": "user",
+                            "parts": [{"type": "text", "text": "What is 17 * 23?"}],
+                        }
+                    ],
+                    "trigger": "submit-message",
+                }
+            ]
+        },
+    )
     id: str = Field(min_length=1, max_length=40)
     """The chat's id: the agent's session."""
     messages: list[UIMessage] = Field(min_length=1, max_length=10_000)

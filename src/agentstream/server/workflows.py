@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
@@ -28,7 +28,24 @@ router = APIRouter(
 Svc = Annotated[Services, Depends(services)]
 Definition = Annotated[
     dict[str, Any],
-    Body(description="A workflow definition: ``id``, ``blocks``, ``edges`` (see the docs)."),
+    Body(
+        description="A workflow definition: ``id``, ``blocks``, ``edges`` (see the docs).",
+        openapi_examples={
+            "greeting": {
+                "summary": "An agent's answer, templated",
+                "value": {
+                    "id": "greeting",
+                    "name": "Greeting",
+                    "blocks": [
+                        {"id": "start", "type": "start"},
+                        {"id": "ask", "type": "agent", "agent": "demo", "input": "<start.input>"},
+                        {"id": "out", "type": "template", "template": "Answer: <ask.content>"},
+                    ],
+                    "edges": [{"from": "start", "to": "ask"}, {"from": "ask", "to": "out"}],
+                },
+            }
+        },
+    ),
 ]
 SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "Workflow events"}
@@ -48,6 +65,8 @@ class WorkflowOut(BaseModel):
 
 
 class RunIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"input": "What is 17 * 23?"}]})
+
     input: Any = None
     """The execution's input: the start block's output ``input`` (``<start.input>``)."""
 
