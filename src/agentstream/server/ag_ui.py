@@ -24,7 +24,7 @@ from agentstream.errors import Conflict, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import STARTS_RUN, refusals
+from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
@@ -67,7 +67,13 @@ class RunInput(RunAgentInput):
 @router.post(
     "/{agent_id}/ag-ui",
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"},
+        **event_stream(
+            "AG-UI events",
+            POST_FRAMING.replace("Leaving", "Leaving a new run's stream"),
+            protocol="the AG-UI protocol 1.0 (`RUN_STARTED`, `TEXT_MESSAGE_*`, "
+            "`REASONING_*`, `TOOL_CALL_*`, `STEP_*`, `CUSTOM`, `RUN_FINISHED` with interrupts, "
+            "`RUN_ERROR`)",
+        ),
         **refusals(
             {
                 409: "The thread has a run in progress; or, with `resume`, no run of the "

@@ -12,10 +12,11 @@ from agentstream.agents import AgentSpec, AgentUpdate, StoredAgent
 from agentstream.errors import Conflict, NotFound
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import STARTS_RUN, refusals
+from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
 from agentstream.server.services import Services, services
 from agentstream.server.streams import native, stream_started
 from agentstream.server.validation import MessageText
+from agentstream.views.native import NativeFrameAdapter
 
 __all__ = ["agent_or_404", "router"]
 
@@ -114,7 +115,7 @@ async def delete_agent(agent_id: str, svc: Svc) -> Response:
     "/{agent_id}/run/stream",
     response_class=Response,
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "Agent events"},
+        **event_stream("Agent events", POST_FRAMING, NativeFrameAdapter, name="NativeFrame"),
         **refusals(
             {409: "The session has a run in progress, or one waiting for approval"}, STARTS_RUN
         ),

@@ -13,11 +13,17 @@ from pydantic import ConfigDict, Field, field_validator
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import STARTS_RUN, refusals
+from agentstream.server.openapi import (
+    FOLLOW_FRAMING,
+    POST_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
-from agentstream.views.canvas import CanvasPolicy, CanvasView
+from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView
 from agentstream.workflows import Workflow, parse_workflow
 from agentstream.workflows.definition import Block
 from agentstream.workflows.expressions import ExpressionError, parse_expression
@@ -30,9 +36,6 @@ __all__ = ["canvas_policy", "router"]
 router = APIRouter()
 Svc = Annotated[Services, Depends(services)]
 Auth = [Depends(require_api_key)]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Canvas execution events"}
-}
 
 
 class DraftRunIn(InputModel):
@@ -105,15 +108,21 @@ def _reads(block: Block) -> set[str]:
 @router.post(
     "/api/workflows/{workflow_id}/execute",
     response_class=Response,
-    responses={**SSE_RESPONSE, **refusals(STARTS_RUN)},
+    responses={
+        **event_stream(
+            "Canvas execution events", POST_FRAMING, CanvasFrameAdapter, name="CanvasFrame"
+        ),
+        **refusals(STARTS_RUN),
+    },
     dependencies=Auth,
     tags=["workflows"],
 )
 async def execute_draft(
     workflow_id: str, svc: Svc, body: Annotated[DraftRunIn | None, Body()] = None
 ) -> Any:
-    """Run the workflow as a draft and stream canvas frames, each with ``id: <eventId>``.
-    Always opted in: no protocol header. Disconnecting cancels the execution."""
+    """Run the workflow as a draft and stream canvas frames (``data:`` lines only; each
+    frame's ``eventId`` is where to resume from). Always opted in: no protocol header.
+    Disconnecting cancels the execution."""
     body = body or DraftRunIn()
     version = None
     if body.definition is not None:
@@ -143,7 +152,12 @@ async def execute_draft(
 @router.get(
     "/api/workflows/executions/{execution_id}/canvas",
     response_class=Response,
-    responses={**SSE_RESPONSE, 204: {"description": "Nothing more after `after`"}},
+    responses={
+        **event_stream(
+            "Canvas execution events", FOLLOW_FRAMING, CanvasFrameAdapter, name="CanvasFrame"
+        ),
+        204: {"description": "Nothing more after `after`"},
+    },
     dependencies=Auth,
     tags=["workflows"],
 )

@@ -51,7 +51,7 @@ from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
-from agentstream.server.openapi import refusals
+from agentstream.server.openapi import FOLLOW_FRAMING, POST_FRAMING, event_stream, refusals
 from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
@@ -60,6 +60,7 @@ from agentstream.store.store import StoredDeployment
 from agentstream.views.chat import (
     PROTOCOL_HEADER,
     PROTOCOL_V1,
+    ChatFrameAdapter,
     ChatPolicy,
     ChatView,
     ends_answer,
@@ -70,9 +71,11 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}
-}
+CADENCE = (
+    'The answer\'s frames, then `"[DONE]"`. With `X-Sim-Stream-Protocol: agent-events-v1`, '
+    "text streams live (`chunk`, `chunk_reset`), with thinking and tool frames where the "
+    "deployment shows them; without it, only settled text"
+)
 
 NOT_SIGNED_IN = {
     401: "The deployment is not public and the request has no (or wrong) credentials: its "
@@ -287,7 +290,20 @@ def _name(deployment: StoredDeployment) -> str:
     "/{slug}",
     response_class=Response,
     responses={
-        **SSE_RESPONSE,
+        **event_stream(
+            CADENCE,
+            POST_FRAMING,
+            ChatFrameAdapter,
+            name="ChatFrame",
+            json={
+                "schema": {
+                    "type": "object",
+                    "properties": {"authenticated": {"const": True}},
+                    "required": ["authenticated"],
+                },
+                "example": {"authenticated": True},
+            },
+        ),
         **refusals(
             NOT_SIGNED_IN,
             {
@@ -425,7 +441,7 @@ def _excerpt(text: str) -> str:
     "/{slug}/runs/{run_id}/stream",
     response_class=Response,
     responses={
-        **SSE_RESPONSE,
+        **event_stream(CADENCE, FOLLOW_FRAMING, ChatFrameAdapter, name="ChatFrame"),
         204: {"description": "The answer has nothing more after `after`"},
         **refusals(NOT_SIGNED_IN),
     },

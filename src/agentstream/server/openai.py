@@ -30,7 +30,7 @@ from agentstream.events import Event, RunCompleted, RunFailed, RunPaused
 from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import cancel
 from agentstream.server.services import Services, services
 from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
@@ -201,15 +201,27 @@ async def _agent(svc: Services, model: str) -> StoredAgent:
     return agent
 
 
-_STREAM: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Events, if streamed"}
-}
+OPENAI_FRAMING = (
+    "Server-Sent Events: each frame is one `data:` line holding one JSON object, then a "
+    "blank line; `: keepalive` comment lines while the run is silent; a stream of chat "
+    "completion chunks ends with `data: [DONE]`"
+)
+
+
+def _stream(what: str, protocol: str) -> dict[int | str, dict[str, Any]]:
+    """Streamed or not: the 200 of an OpenAI-compatible operation."""
+    return event_stream(
+        what, OPENAI_FRAMING, protocol=protocol, json={"schema": {"type": "object"}}
+    )
 
 
 @router.post(
     "/chat/completions",
     responses={
-        **_STREAM,
+        **_stream(
+            "A `chat.completion`, or, with `stream`, `chat.completion.chunk` frames",
+            "OpenAI's Chat Completions API (streaming: `chat.completion.chunk`)",
+        ),
         **refusals(
             STARTS_RUN,
             {
@@ -280,7 +292,11 @@ async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event
 @router.post(
     "/responses",
     responses={
-        **_STREAM,
+        **_stream(
+            "A `response`, or, with `stream`, its events",
+            "OpenAI's Responses API (streaming events: `response.created` ... "
+            "`response.completed`, each with `type` and `sequence_number`)",
+        ),
         **refusals(
             {409: "The previous response's session has a run in progress or waiting"},
             STARTS_RUN,
@@ -337,7 +353,13 @@ async def _response_run(svc: Services, response_id: str, field: str = "response_
 
 @router.get(
     "/responses/{response_id}",
-    responses={**_STREAM, 204: {"description": "Streamed: nothing after `starting_after`"}},
+    responses={
+        **_stream(
+            "The `response` as it stands, or, with `stream`, its events",
+            "OpenAI's Responses API (streaming events, each with `sequence_number`)",
+        ),
+        204: {"description": "Streamed: nothing after `starting_after`"},
+    },
 )
 async def get_response(
     response_id: str,

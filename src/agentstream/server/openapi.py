@@ -3,6 +3,11 @@
 an operation can answer with, in place of FastAPI's ``{"detail": [...]}``, which this
 server never sends.
 
+Each streaming operation documents its frames under ``text/event-stream``: the JSON Schema
+of the ``data:`` of each frame, generated from the view's frame models (``views.native``,
+``views.workflow``, ``views.chat``, ``views.canvas``) by ``event_stream``, so it cannot
+drift from them; the third-party protocols (OpenAI, the AI SDK, AG-UI) are named instead.
+
 Two sources of statuses: those that follow from an operation's shape (a body: 400, 413;
 a key: 401; an id in the path: 404; parameters: 422), so a new route is documented without
 being listed; and those only the route knows (409, 429, 503, ...), declared where it is
@@ -15,13 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 __all__ = [
     "CANCELS_RUN",
     "STARTS_RUN",
     "document_errors",
+    "event_stream",
     "refusals",
 ]
 
@@ -105,6 +111,66 @@ def _statuses(path: str, operation: dict[str, Any]) -> dict[str, str]:
     return statuses
 
 
+POST_FRAMING = (
+    "Server-Sent Events: each frame is one `data:` line holding one JSON value (the schema "
+    "below), then a blank line; no `id:` or `event:` lines. While the run is silent, "
+    "`: keepalive` comment lines. Leaving (closing the connection) cancels the run."
+)
+"""How a stream that a POST started is framed (``server.streams``)."""
+
+FOLLOW_FRAMING = (
+    "Server-Sent Events: each frame is an `id: <seq>` line (an EventSource sends it back as "
+    "`Last-Event-ID` when it reconnects), then one `data:` line holding one JSON value (the "
+    "schema below), then a blank line. While the run is silent, `: keepalive` comment "
+    "lines. Leaving only stops following."
+)
+"""How a followed stream (a GET) is framed."""
+
+
+def event_stream(
+    what: str,
+    framing: str,
+    frames: TypeAdapter[Any] | None = None,
+    *,
+    name: str = "",
+    protocol: str = "",
+    json: Mapping[str, Any] | None = None,
+) -> dict[int | str, dict[str, Any]]:
+    """A streaming route's ``responses=`` for 200: ``what`` it streams and its ``framing``;
+    each frame's JSON Schema generated from the view's ``frames`` (a component ``name``),
+    or, for a third-party ``protocol``, where it is specified. ``json``: the answer's
+    ``application/json`` content, when it may not stream."""
+    if frames is not None:
+        schema = frames.json_schema(ref_template=REF, mode="serialization")
+        schema["title"] = name
+        schema["description"] = "One frame's `data:`, a JSON value."
+    else:
+        schema = {"description": f"One frame's `data:`, as {protocol} specifies. {framing}"}
+    content: dict[str, Any] = {"text/event-stream": {"schema": schema}}
+    if json is not None:
+        content["application/json"] = dict(json)
+    return {200: {"description": f"{what}. {framing}", "content": content}}
+
+
+def _hoist_frames(schema: dict[str, Any]) -> None:
+    """Frame schemas become components, named, with what they refer to."""
+    components = schema["components"]["schemas"]
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for response in operation.get("responses", {}).values():
+                stream = response.get("content", {}).get("text/event-stream", {})
+                frames = stream.get("schema", {})
+                if "title" not in frames:
+                    continue
+                for name, definition in {
+                    **frames.pop("$defs", {}),
+                    frames["title"]: frames,
+                }.items():
+                    if components.setdefault(name, definition) != definition:
+                        raise ValueError(f"Two frame schemas named {name!r}")
+                stream["schema"] = {"$ref": REF.format(model=frames["title"])}
+
+
 PARAMETER_EXAMPLES: Mapping[str, Any] = {
     "agent_id": "demo",
     "model": "demo",
@@ -172,6 +238,7 @@ def document_errors(app: FastAPI) -> None:
         if app.openapi_schema is None:
             app.openapi_schema = _with_errors(generate())
             _with_examples(app.openapi_schema)
+            _hoist_frames(app.openapi_schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way

@@ -14,11 +14,17 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event, Reasoning, ToolCall, ToolResult
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
+from agentstream.server.openapi import (
+    CANCELS_RUN,
+    FOLLOW_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
 from agentstream.store.store import ApprovalRecord, RunRecord
-from agentstream.views.native import UsageJSON, frame, usage_json
+from agentstream.views.native import NativeFrameAdapter, UsageJSON, frame, usage_json
 
 __all__ = ["cancel", "decide_all", "router"]
 
@@ -350,7 +356,7 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     "/{run_id}/stream",
     response_class=Response,
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "Agent events"},
+        **event_stream("Agent events", FOLLOW_FRAMING, NativeFrameAdapter, name="NativeFrame"),
         204: {"description": "The run has ended and has nothing after `after`"},
     },
 )

@@ -20,7 +20,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import DONE, STOP_WAIT, follow
@@ -89,9 +89,15 @@ class ChatRequest(BaseModel):
     messageId: str | None = Field(default=None, max_length=100)
 
 
-_STREAM: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "UI message stream chunks"}
-}
+_STREAM = event_stream(
+    "The assistant's message as UI message stream chunks",
+    "Server-Sent Events: each frame is one `data:` line holding one JSON chunk, then a blank "
+    "line; `: keepalive` comment lines while the run is silent; the stream ends with "
+    "`data: [DONE]`. Leaving does not stop the run (`POST .../{chat_id}/stop` does)",
+    protocol="the Vercel AI SDK's UI message stream protocol (`x-vercel-ai-ui-message-stream: "
+    "v1`; chunks `start`, `start-step`, `text-*`, `reasoning-*`, `tool-*`, `finish-step`, "
+    "`finish`, `error`, `abort`)",
+)
 
 
 @router.post(

@@ -13,11 +13,18 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
-from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, refusals
+from agentstream.server.openapi import (
+    CANCELS_RUN,
+    FOLLOW_FRAMING,
+    POST_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
-from agentstream.views.workflow import frame, frames
+from agentstream.views.workflow import WorkflowFrameAdapter, frame, frames
 from agentstream.workflows import Workflow, parse_workflow
 
 __all__ = ["router", "workflow_or_404"]
@@ -47,11 +54,11 @@ Definition = Annotated[
         },
     ),
 ]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Workflow events"}
-}
+SSE_RESPONSE = event_stream(
+    "Workflow events", POST_FRAMING, WorkflowFrameAdapter, name="WorkflowFrame"
+)
 SSE_FOLLOW_RESPONSE: dict[int | str, dict[str, Any]] = {
-    **SSE_RESPONSE,
+    **event_stream("Workflow events", FOLLOW_FRAMING, WorkflowFrameAdapter, name="WorkflowFrame"),
     204: {"description": "The execution has ended and has nothing after `after`"},
 }
 
