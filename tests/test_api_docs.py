@@ -122,3 +122,31 @@ def test_swagger_ui_tries_an_operation_with_the_demo_key(server: LiveServer, pag
     status = operation.locator(".live-responses-table tbody .response-col_status").first
     status.wait_for()
     assert status.inner_text().strip() == "200"
+
+
+REDOCLY_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+"""ReDoc's side menu always shows Redocly's logo from their CDN (no option hides it): the
+page's policy refuses it, and ReDoc then leaves the image out (its ``onError``)."""
+
+
+@pytest.mark.csp_refuses(REDOCLY_LOGO)
+def test_redoc_shows_every_operation_without_network(server: LiveServer, page: Any) -> None:
+    """In a browser without network, ReDoc renders the document: a section per operation,
+    the menu, and a streaming operation's frames named."""
+    document = httpx.get(f"{server.url}/openapi.json").json()
+    ids = [operation["operationId"] for _, _, operation in _operations(document)]
+    refused_logo: list[str] = []
+    page.on("requestfailed", lambda r: refused_logo.append(r.url))
+    page.goto(f"{server.url}/redoc")
+    page.locator(f'[id="operation/{ids[-1]}"]').wait_for(state="attached")
+    for operation_id in ids:
+        assert page.locator(f'[id="operation/{operation_id}"]').count() == 1, operation_id
+    tags = {tag for _, _, operation in _operations(document) for tag in operation["tags"]}
+    menu = page.get_by_role("menuitem")
+    assert {menu.nth(i).inner_text().strip() for i in range(menu.count())} >= tags
+    run = page.locator('[id="operation/run_stream_api_agents__agent_id__run_stream_post"]')
+    run.get_by_role("button", name="200").click()
+    shown = run.inner_text()
+    assert "text/event-stream" in shown
+    assert "NativeFrame: one of StartFrame, StepStartedFrame" in shown
+    assert set(refused_logo) <= {REDOCLY_LOGO}

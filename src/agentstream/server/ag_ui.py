@@ -69,10 +69,13 @@ class RunInput(RunAgentInput):
     responses={
         **event_stream(
             "AG-UI events",
-            POST_FRAMING.replace("Leaving", "Leaving a new run's stream"),
+            POST_FRAMING.replace("no `id:`", "no `id:` (a resumed run's have them)").replace(
+                "Leaving", "Leaving a new run's stream"
+            ),
             protocol="the AG-UI protocol 1.0 (`RUN_STARTED`, `TEXT_MESSAGE_*`, "
             "`REASONING_*`, `TOOL_CALL_*`, `STEP_*`, `CUSTOM`, `RUN_FINISHED` with interrupts, "
             "`RUN_ERROR`)",
+            ids=None,
         ),
         **refusals(
             {

@@ -154,7 +154,11 @@ async def execute_draft(
     response_class=Response,
     responses={
         **event_stream(
-            "Canvas execution events", FOLLOW_FRAMING, CanvasFrameAdapter, name="CanvasFrame"
+            "Canvas execution events",
+            FOLLOW_FRAMING,
+            CanvasFrameAdapter,
+            name="CanvasFrame",
+            ids=True,
         ),
         204: {"description": "Nothing more after `after`"},
     },

@@ -441,7 +441,7 @@ def _excerpt(text: str) -> str:
     "/{slug}/runs/{run_id}/stream",
     response_class=Response,
     responses={
-        **event_stream(CADENCE, FOLLOW_FRAMING, ChatFrameAdapter, name="ChatFrame"),
+        **event_stream(CADENCE, FOLLOW_FRAMING, ChatFrameAdapter, ids=True, name="ChatFrame"),
         204: {"description": "The answer has nothing more after `after`"},
         **refusals(NOT_SIGNED_IN),
     },

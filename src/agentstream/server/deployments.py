@@ -121,7 +121,14 @@ async def list_deployments(svc: Svc) -> list[DeploymentOut]:
 
 
 @router.post(
-    "", status_code=201, responses=refusals({409: "A chat deployment with this slug exists"})
+    "",
+    status_code=201,
+    responses=refusals(
+        {
+            404: "No agent `agent_id` (or an agent it delegates to), or no workflow `workflow_id`",
+            409: "A chat deployment with this slug exists",
+        }
+    ),
 )
 async def create_deployment(body: DeploymentCreate, svc: Svc) -> DeploymentOut:
     if await svc.store.get_deployment(body.slug) is not None:

@@ -208,10 +208,13 @@ OPENAI_FRAMING = (
 )
 
 
+MODEL_NOT_FOUND = {404: "No agent has the id `model`"}
+
+
 def _stream(what: str, protocol: str) -> dict[int | str, dict[str, Any]]:
     """Streamed or not: the 200 of an OpenAI-compatible operation."""
     return event_stream(
-        what, OPENAI_FRAMING, protocol=protocol, json={"schema": {"type": "object"}}
+        what, OPENAI_FRAMING, protocol=protocol, ids=None, json={"schema": {"type": "object"}}
     )
 
 
@@ -224,6 +227,7 @@ def _stream(what: str, protocol: str) -> dict[int | str, dict[str, Any]]:
         ),
         **refusals(
             STARTS_RUN,
+            MODEL_NOT_FOUND,
             {
                 400: "The body cannot be read (not JSON, or not UTF-8); or, not streamed, the "
                 "run was cancelled (`cancelled`)",
@@ -298,6 +302,8 @@ async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event
             "`response.completed`, each with `type` and `sequence_number`)",
         ),
         **refusals(
+            MODEL_NOT_FOUND,
+            {404: MODEL_NOT_FOUND[404] + ", or no response is `previous_response_id`"},
             {409: "The previous response's session has a run in progress or waiting"},
             STARTS_RUN,
         ),

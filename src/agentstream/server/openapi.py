@@ -16,6 +16,7 @@ defined with ``responses=refusals(...)``. Either way the body's schema is filled
 
 from __future__ import annotations
 
+import json as _json
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,19 +135,42 @@ def event_stream(
     *,
     name: str = "",
     protocol: str = "",
+    ids: bool | None = False,
     json: Mapping[str, Any] | None = None,
 ) -> dict[int | str, dict[str, Any]]:
-    """A streaming route's ``responses=`` for 200: ``what`` it streams and its ``framing``;
-    each frame's JSON Schema generated from the view's ``frames`` (a component ``name``),
-    or, for a third-party ``protocol``, where it is specified. ``json``: the answer's
-    ``application/json`` content, when it may not stream."""
+    """A streaming route's ``responses=`` for 200: ``what`` it streams and its ``framing``.
+
+    The ``text/event-stream`` schema describes one event, as OpenAPI 3.1 reads it (3.2's
+    ``itemSchema``): its ``data`` is JSON (``contentMediaType``) whose ``contentSchema`` is
+    generated from the view's ``frames`` (the component ``name``); a third-party
+    ``protocol`` is named instead. ``ids``: each event has an ``id:`` (its seq), else none;
+    None: either.
+    ``json``: the answer's ``application/json`` content, when it may not stream."""
+    data: dict[str, Any] = {"type": "string"}
     if frames is not None:
-        schema = frames.json_schema(ref_template=REF, mode="serialization")
-        schema["title"] = name
-        schema["description"] = "One frame's `data:`, a JSON value."
+        frame = frames.json_schema(ref_template=REF, mode="serialization")
+        frame["title"] = name
+        frame["description"] = "Any frame of the stream"
+        data |= {"contentMediaType": "application/json", "contentSchema": frame}
+        kinds = [
+            kind["$ref"].rsplit("/", 1)[1] if "$ref" in kind else f"`{_json.dumps(kind['const'])}`"
+            for kind in frame.get("oneOf", frame.get("anyOf", []))
+        ]
+        data["description"] = f"One frame, JSON: `{name}`: one of {', '.join(kinds)}"
     else:
-        schema = {"description": f"One frame's `data:`, as {protocol} specifies. {framing}"}
-    content: dict[str, Any] = {"text/event-stream": {"schema": schema}}
+        data["description"] = f"One frame, as {protocol} specifies"
+    seq = {"type": "string", "pattern": "^[0-9]+$", "description": "The frame's seq"}
+    event = {
+        "type": "object",
+        "description": f"One event. {framing}",
+        "required": ["data", *(["id"] if ids else [])],
+        "properties": {
+            "data": data,
+            "event": {"const": "message", "description": "No `event:` line: the default"},
+            "id": False if ids is False else seq,
+        },
+    }
+    content: dict[str, Any] = {"text/event-stream": {"schema": event}}
     if json is not None:
         content["application/json"] = dict(json)
     return {200: {"description": f"{what}. {framing}", "content": content}}
@@ -159,8 +183,9 @@ def _hoist_frames(schema: dict[str, Any]) -> None:
         for operation in operations.values():
             for response in operation.get("responses", {}).values():
                 stream = response.get("content", {}).get("text/event-stream", {})
-                frames = stream.get("schema", {})
-                if "title" not in frames:
+                data = stream.get("schema", {}).get("properties", {}).get("data", {})
+                frames = data.get("contentSchema")
+                if frames is None:
                     continue
                 for name, definition in {
                     **frames.pop("$defs", {}),
@@ -168,7 +193,7 @@ def _hoist_frames(schema: dict[str, Any]) -> None:
                 }.items():
                     if components.setdefault(name, definition) != definition:
                         raise ValueError(f"Two frame schemas named {name!r}")
-                stream["schema"] = {"$ref": REF.format(model=frames["title"])}
+                data["contentSchema"] = {"$ref": REF.format(model=frames["title"])}
 
 
 PARAMETER_EXAMPLES: Mapping[str, Any] = {

@@ -356,7 +356,9 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     "/{run_id}/stream",
     response_class=Response,
     responses={
-        **event_stream("Agent events", FOLLOW_FRAMING, NativeFrameAdapter, name="NativeFrame"),
+        **event_stream(
+            "Agent events", FOLLOW_FRAMING, NativeFrameAdapter, ids=True, name="NativeFrame"
+        ),
         204: {"description": "The run has ended and has nothing after `after`"},
     },
 )

@@ -97,6 +97,7 @@ _STREAM = event_stream(
     protocol="the Vercel AI SDK's UI message stream protocol (`x-vercel-ai-ui-message-stream: "
     "v1`; chunks `start`, `start-step`, `text-*`, `reasoning-*`, `tool-*`, `finish-step`, "
     "`finish`, `error`, `abort`)",
+    ids=None,
 )
 
 

@@ -58,7 +58,9 @@ SSE_RESPONSE = event_stream(
     "Workflow events", POST_FRAMING, WorkflowFrameAdapter, name="WorkflowFrame"
 )
 SSE_FOLLOW_RESPONSE: dict[int | str, dict[str, Any]] = {
-    **event_stream("Workflow events", FOLLOW_FRAMING, WorkflowFrameAdapter, name="WorkflowFrame"),
+    **event_stream(
+        "Workflow events", FOLLOW_FRAMING, WorkflowFrameAdapter, ids=True, name="WorkflowFrame"
+    ),
     204: {"description": "The execution has ended and has nothing after `after`"},
 }
 
