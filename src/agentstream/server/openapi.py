@@ -200,6 +200,7 @@ PARAMETER_EXAMPLES: Mapping[str, Any] = {
     "agent_id": "demo",
     "model": "demo",
     "run_id": "run_5f0c6b1e9a2d4e7f8a3b2c1d0e9f8a7b",
+    "parent_run_id": "run_5f0c6b1e9a2d4e7f8a3b2c1d0e9f8a7b",
     "response_id": "run_5f0c6b1e9a2d4e7f8a3b2c1d0e9f8a7b",
     "session_id": "ses_0d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a",
     "chat_id": "chat-1",
@@ -222,7 +223,8 @@ PARAMETER_EXAMPLES: Mapping[str, Any] = {
     "protocol": "agent-events-v1",
     "X-Sim-Stream-Protocol": "agent-events-v1",
 }
-"""An example of each parameter, by name: a name means the same thing on every operation.
+"""An example of each parameter, by name: a name means the same thing on every operation
+(``tests/test_api_examples.py`` fails on a parameter without one).
 The ids are those a demo server has once the request examples have created what they
 name (``tests/test_api_examples.py``)."""
 
@@ -231,7 +233,8 @@ def _with_examples(schema: dict[str, Any]) -> None:
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
-                if "example" not in parameter and "examples" not in parameter:
+                known = parameter["name"] in PARAMETER_EXAMPLES
+                if known and "example" not in parameter and "examples" not in parameter:
                     parameter["example"] = PARAMETER_EXAMPLES[parameter["name"]]
 
 
