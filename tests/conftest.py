@@ -318,9 +318,11 @@ def sign_in(page: Any, live: LiveServer) -> None:
 
 
 @pytest.fixture
-def page() -> Iterator[Any]:
+def page(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A page in headless Chromium from the Debian packages (Playwright cannot download its
-    own here). Skipped without it, except in CI."""
+    own here). Skipped without it, except in CI. The test fails if the page's
+    Content-Security-Policy refused anything, save the URLs a ``csp_refuses`` marker names
+    (a request known to be made, refused, and handled by the page)."""
     if not Path(CHROMIUM).exists():
         message = "Chromium is missing: apt-get install chromium (.ci/run does)"
         if os.environ.get("CI"):
@@ -332,9 +334,13 @@ def page() -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page()
         refused: list[str] = []  # what the pages' Content-Security-Policy blocked: nothing
+        marker = request.node.get_closest_marker("csp_refuses")
+        expected = marker.args if marker is not None else ()
 
         def on_console(message: ConsoleMessage) -> None:
-            if "Security Policy" in message.text:
+            if "Security Policy" in message.text and not any(
+                f"'{url}'" in message.text for url in expected
+            ):
                 refused.append(message.text)
 
         page.on("console", on_console)

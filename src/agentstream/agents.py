@@ -41,6 +41,12 @@ EntityId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,51}$
 class AgentUpdate(InputModel):
     """The editable part of an agent; every field optional for partial updates."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"instructions": "Answer in one sentence.", "max_steps": 4}]
+        }
+    )
+
     _not_null = field_validator("*", mode="before")(reject_null)
 
     name: str | None = Field(default=None, max_length=200)
@@ -59,7 +65,21 @@ class AgentUpdate(InputModel):
 class AgentSpec(InputModel):
     """An agent: what it runs on, what it is told, what it may call, and its limits."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "support",
+                    "name": "Support",
+                    "model": "offline",
+                    "instructions": "You answer questions about our product, briefly.",
+                    "tools": ["calculator", "current_time"],
+                    "reasoning": True,
+                }
+            ]
+        },
+    )
 
     id: AgentId
     """URL-safe identifier: lowercase letters, digits, '-' and '_'."""

@@ -86,7 +86,12 @@ def reject_null(value: object) -> object:
 class DeploymentUpdate(InputModel):
     """The editable settings; every field optional for partial updates."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [{"title": "Ask us", "include_thinking": True, "include_tool_calls": True}]
+        },
+    )
 
     _not_null = field_validator("*", mode="before")(reject_null)
 
@@ -205,6 +210,21 @@ class DeploymentSettings(InputModel):
 
 
 class DeploymentCreate(DeploymentSettings):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "slug": "support",
+                    "agent_id": "demo",
+                    "title": "Ask us",
+                    "greeting": "Hi! What can I do for you?",
+                    "include_thinking": True,
+                    "include_tool_calls": True,
+                }
+            ]
+        }
+    )
+
     password: str | None = Field(default=None, min_length=8, max_length=200)
 
 

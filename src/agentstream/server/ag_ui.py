@@ -17,12 +17,14 @@ from typing import Annotated, Any
 from ag_ui.core import RunAgentInput, UserMessage
 from ag_ui.core.types import ResumeEntry
 from fastapi import APIRouter, Depends
+from pydantic import ConfigDict
 
 from agentstream.agents import StoredAgent
 from agentstream.errors import Conflict, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
@@ -45,10 +47,44 @@ class RunInput(RunAgentInput):
 
     run_id: str | None = None  # type: ignore[assignment]
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "threadId": "thread-1",
+                    "runId": "run-1",
+                    "messages": [{"id": "m1", "role": "user", "content": "What is 17 * 23?"}],
+                    "state": {},
+                    "tools": [],
+                    "context": [],
+                    "forwardedProps": {},
+                }
+            ]
+        }
+    )
+
 
 @router.post(
     "/{agent_id}/ag-ui",
-    responses={200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}},
+    responses={
+        **event_stream(
+            "AG-UI events",
+            POST_FRAMING.replace("no `id:`", "no `id:` (a resumed run's have them)").replace(
+                "Leaving", "Leaving a new run's stream"
+            ),
+            protocol="the AG-UI protocol 1.0 (`RUN_STARTED`, `TEXT_MESSAGE_*`, "
+            "`REASONING_*`, `TOOL_CALL_*`, `STEP_*`, `CUSTOM`, `RUN_FINISHED` with interrupts, "
+            "`RUN_ERROR`)",
+            ids=None,
+        ),
+        **refusals(
+            {
+                409: "The thread has a run in progress; or, with `resume`, no run of the "
+                "thread waits for an answer, or it waits for more answers"
+            },
+            STARTS_RUN,
+        ),
+    },
 )
 async def run_agent(agent_id: str, body: RunInput, svc: Svc, caller: Caller) -> Any:
     """Run the agent on the thread's new message, or, with ``resume``, continue the run

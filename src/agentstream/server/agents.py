@@ -6,15 +6,17 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agentstream.agents import AgentSpec, AgentUpdate, StoredAgent
 from agentstream.errors import Conflict, NotFound
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
 from agentstream.server.services import Services, services
 from agentstream.server.streams import native, stream_started
 from agentstream.server.validation import MessageText
+from agentstream.views.native import NativeFrameAdapter
 
 __all__ = ["agent_or_404", "router"]
 
@@ -23,6 +25,12 @@ Svc = Annotated[Services, Depends(services)]
 
 
 class RunRequest(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"message": "What is 17 * 23? Think first.", "reasoning": True}]
+        }
+    )
+
     message: MessageText
     """The user's message."""
     session_id: str | None = Field(default=None, max_length=40)
@@ -74,7 +82,7 @@ async def list_agents(svc: Svc) -> list[AgentOut]:
     return [_out(agent) for agent in await svc.store.list_agents()]
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=refusals({409: "An agent with this id exists"}))
 async def create_agent(spec: AgentSpec, svc: Svc) -> AgentOut:
     svc.runs.check_agent(spec)
     await svc.knowledge.check_bases(spec.knowledge_bases)
@@ -106,7 +114,12 @@ async def delete_agent(agent_id: str, svc: Svc) -> Response:
 @router.post(
     "/{agent_id}/run/stream",
     response_class=Response,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Agent events"}},
+    responses={
+        **event_stream("Agent events", POST_FRAMING, NativeFrameAdapter, name="NativeFrame"),
+        **refusals(
+            {409: "The session has a run in progress, or one waiting for approval"}, STARTS_RUN
+        ),
+    },
 )
 async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
     """Run the agent and stream its events. Disconnecting cancels the run."""

@@ -7,14 +7,21 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import (
+    FOLLOW_FRAMING,
+    POST_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
-from agentstream.views.canvas import CanvasPolicy, CanvasView
+from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView
 from agentstream.workflows import Workflow, parse_workflow
 from agentstream.workflows.definition import Block
 from agentstream.workflows.expressions import ExpressionError, parse_expression
@@ -27,9 +34,6 @@ __all__ = ["canvas_policy", "router"]
 router = APIRouter()
 Svc = Annotated[Services, Depends(services)]
 Auth = [Depends(require_api_key)]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Canvas execution events"}
-}
 
 
 class DraftRunIn(InputModel):
@@ -57,6 +61,10 @@ class DraftRunIn(InputModel):
     """Accepted, changes nothing: no block output holds files."""
     base64MaxBytes: int | None = Field(default=None, gt=0)
     """Accepted, changes nothing."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"input": "What is 17 * 23?", "stream": True}]}
+    )
 
     @field_validator("stream")
     @classmethod
@@ -98,15 +106,21 @@ def _reads(block: Block) -> set[str]:
 @router.post(
     "/api/workflows/{workflow_id}/execute",
     response_class=Response,
-    responses=SSE_RESPONSE,
+    responses={
+        **event_stream(
+            "Canvas execution events", POST_FRAMING, CanvasFrameAdapter, name="CanvasFrame"
+        ),
+        **refusals(STARTS_RUN),
+    },
     dependencies=Auth,
     tags=["workflows"],
 )
 async def execute_draft(
     workflow_id: str, svc: Svc, body: Annotated[DraftRunIn | None, Body()] = None
 ) -> Any:
-    """Run the workflow as a draft and stream canvas frames, each with ``id: <eventId>``.
-    Always opted in: no protocol header. Disconnecting cancels the execution."""
+    """Run the workflow as a draft and stream canvas frames (``data:`` lines only; each
+    frame's ``eventId`` is where to resume from). Always opted in: no protocol header.
+    Disconnecting cancels the execution."""
     body = body or DraftRunIn()
     version = None
     if body.definition is not None:
@@ -136,7 +150,16 @@ async def execute_draft(
 @router.get(
     "/api/workflows/executions/{execution_id}/canvas",
     response_class=Response,
-    responses=SSE_RESPONSE,
+    responses={
+        **event_stream(
+            "Canvas execution events",
+            FOLLOW_FRAMING,
+            CanvasFrameAdapter,
+            name="CanvasFrame",
+            ids=True,
+        ),
+        204: {"description": "Nothing more after `after`"},
+    },
     dependencies=Auth,
     tags=["workflows"],
 )

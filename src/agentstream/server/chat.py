@@ -26,7 +26,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import StoredAgent
 from agentstream.deployments import (
@@ -51,6 +51,7 @@ from agentstream.redaction import redact
 from agentstream.server.auth import api_key_of
 from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESSES, ChatAccess
 from agentstream.server.deployments import deployment_or_404
+from agentstream.server.openapi import FOLLOW_FRAMING, POST_FRAMING, event_stream, refusals
 from agentstream.server.rate_limits import Release, per_minute, too_many
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
@@ -59,6 +60,7 @@ from agentstream.store.store import StoredDeployment
 from agentstream.views.chat import (
     PROTOCOL_HEADER,
     PROTOCOL_V1,
+    ChatFrameAdapter,
     ChatPolicy,
     ChatView,
     ends_answer,
@@ -69,8 +71,15 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Chat frames"}
+CADENCE = (
+    'The answer\'s frames, then `"[DONE]"`. With `X-Sim-Stream-Protocol: agent-events-v1`, '
+    "text streams live (`chunk`, `chunk_reset`), with thinking and tool frames where the "
+    "deployment shows them; without it, only settled text"
+)
+
+NOT_SIGNED_IN = {
+    401: "The deployment is not public and the request has no (or wrong) credentials: its "
+    "`field` says which to send (`apikey`, `password`, `email`, `otp`)"
 }
 
 DONE = b'data: "[DONE]"\n\n'
@@ -94,6 +103,15 @@ STILL_ANSWERING = "The answer to your last message is still coming; wait for it 
 
 class ChatRequest(InputModel):
     """A message, or credentials only (then nothing runs: the reply says you're in)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"input": "Think briefly, then say hi", "conversationId": "c-42"},
+                {"password": "correct horse battery staple"},
+            ]
+        }
+    )
 
     input: MessageText | None = None
     conversationId: str | None = Field(default=None, pattern=CONVERSATION_ID)
@@ -242,6 +260,8 @@ async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
 
 
 class MarkdownIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "**17 × 23** is `391`."}]})
+
     text: str = Field(max_length=1_000_000)
     """An answer's text, as far as it has come."""
 
@@ -251,7 +271,7 @@ class MarkdownOut(BaseModel):
     """The text as Markdown, rendered and sanitized: safe to set as a page's HTML."""
 
 
-@router.post("/{slug}/markdown")
+@router.post("/{slug}/markdown", responses=refusals(NOT_SIGNED_IN))
 async def markdown(slug: str, body: MarkdownIn, request: Request, svc: Svc) -> MarkdownOut:
     """The hosted page's renderer: an answer's text as HTML, for visitors of the chat."""
     deployment = await deployment_or_404(svc, slug)
@@ -268,7 +288,38 @@ def _name(deployment: StoredDeployment) -> str:
     return name if isinstance(name, str) else ""
 
 
-@router.post("/{slug}", response_class=Response, responses=SSE_RESPONSE)
+@router.post(
+    "/{slug}",
+    response_class=Response,
+    responses={
+        **event_stream(
+            CADENCE,
+            POST_FRAMING,
+            ChatFrameAdapter,
+            name="ChatFrame",
+            json={
+                "schema": {
+                    "type": "object",
+                    "properties": {"authenticated": {"const": True}},
+                    "required": ["authenticated"],
+                },
+                "example": {"authenticated": True},
+            },
+        ),
+        **refusals(
+            NOT_SIGNED_IN,
+            {
+                403: "This email is not invited to this chat",
+                409: "The conversation's last answer is still coming, or waits for an approval",
+                429: "Too many messages, answers at once, or sign-in attempts: "
+                "`Retry-After` says when to try again",
+                503: "The assistant cannot answer now (`model_unavailable`: the reason is in "
+                "the server's log), this process is shutting down (`shutting_down`), or, in "
+                "cluster mode, Redis is away (`unavailable`)",
+            },
+        ),
+    },
+)
 async def chat(
     slug: str,
     body: ChatRequest,
@@ -351,7 +402,7 @@ async def _stream(
         raise
 
 
-@router.get("/{slug}/runs/{run_id}/sources")
+@router.get("/{slug}/runs/{run_id}/sources", responses=refusals(NOT_SIGNED_IN))
 async def answer_sources(
     slug: str,
     run_id: str,
@@ -388,7 +439,15 @@ def _excerpt(text: str) -> str:
     return flat if len(flat) <= EXCERPT else flat[: EXCERPT - 1].rsplit(" ", 1)[0] + "…"
 
 
-@router.get("/{slug}/runs/{run_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.get(
+    "/{slug}/runs/{run_id}/stream",
+    response_class=Response,
+    responses={
+        **event_stream(CADENCE, FOLLOW_FRAMING, ChatFrameAdapter, ids=True, name="ChatFrame"),
+        204: {"description": "The answer has nothing more after `after`"},
+        **refusals(NOT_SIGNED_IN),
+    },
+)
 async def follow_answer(
     slug: str,
     run_id: str,

@@ -12,11 +12,12 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import AccessDenied, Forbidden
 from agentstream.inputs import InputModel
 from agentstream.server.auth import CONSOLE_COOKIE, require_api_key, same_origin
+from agentstream.server.openapi import refusals
 from agentstream.server.pages import page
 from agentstream.server.services import Services, services
 
@@ -28,6 +29,8 @@ Svc = Annotated[Services, Depends(services)]
 
 
 class SignIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"api_key": "as_demo-key"}]})
+
     api_key: str = Field(min_length=1, max_length=200)
     """A key made with ``agentstream keys create``."""
 
@@ -37,7 +40,14 @@ class SignedIn(BaseModel):
     """The name of the key the console acts as (approvals record it)."""
 
 
-@router.post("/session", status_code=204)
+NOT_HERE = {403: "Not sent from the console's own page (`Origin`)"}
+
+
+@router.post(
+    "/session",
+    status_code=204,
+    responses=refusals({401: "Not an API key of this server"}, NOT_HERE),
+)
 async def sign_in(body: SignIn, request: Request, svc: Svc) -> Response:
     """Exchange an API key for a console session cookie (HttpOnly, SameSite=Strict), which
     the API then accepts in place of the key, until sign-out, for ``ttl`` hours, or until
@@ -68,7 +78,7 @@ async def whoami(name: Annotated[str, Depends(require_api_key)]) -> SignedIn:
     return SignedIn(key_name=name)
 
 
-@router.delete("/session", status_code=204)
+@router.delete("/session", status_code=204, responses=refusals(NOT_HERE))
 async def sign_out(request: Request, svc: Svc) -> Response:
     """End the console session: its cookie stops working at once, on every process."""
     if not same_origin(request):

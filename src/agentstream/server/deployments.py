@@ -20,6 +20,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.runtime.orchestration import resolve_entities
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import refusals
 from agentstream.server.services import Services, services
 from agentstream.server.workflows import workflow_or_404
 from agentstream.store.store import DeployedWorkflow, StoredDeployment
@@ -119,7 +120,16 @@ async def list_deployments(svc: Svc) -> list[DeploymentOut]:
     return [_out(svc, d) for d in await svc.store.list_deployments()]
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    responses=refusals(
+        {
+            404: "No agent `agent_id` (or an agent it delegates to), or no workflow `workflow_id`",
+            409: "A chat deployment with this slug exists",
+        }
+    ),
+)
 async def create_deployment(body: DeploymentCreate, svc: Svc) -> DeploymentOut:
     if await svc.store.get_deployment(body.slug) is not None:
         raise Conflict(f"Chat deployment {body.slug!r} exists; PATCH it", field="slug")

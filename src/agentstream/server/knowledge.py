@@ -9,13 +9,14 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import AgentId
 from agentstream.errors import NotFound
 from agentstream.inputs import InputModel
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import refusals
 from agentstream.server.services import Services, services
 from agentstream.store.knowledge import Citation, KnowledgeBase, StoredDocument
 
@@ -29,6 +30,14 @@ DOCUMENT_UPLOADS = re.compile(r"/api/knowledge-bases/[^/]+/documents")
 
 
 class KnowledgeBaseCreate(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"id": "handbook", "name": "Handbook", "description": "How we work, in full"}
+            ]
+        }
+    )
+
     id: AgentId | None = None
     """Optional: a readable id to name it by in agent definitions; default ``kb_…``."""
     name: str = Field(min_length=1, max_length=200)
@@ -51,6 +60,10 @@ class KnowledgeBaseDetail(KnowledgeBaseOut):
 
 
 class SearchRequest(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"query": "How many days of leave?", "top_k": 3}]}
+    )
+
     query: str = Field(min_length=1, max_length=2_000)
     top_k: int = Field(default=5, ge=1, le=50)
 
@@ -69,7 +82,11 @@ class ContextHandlerOut(BaseModel):
     created_at: datetime
 
 
-@router.post("/api/knowledge-bases", status_code=201)
+@router.post(
+    "/api/knowledge-bases",
+    status_code=201,
+    responses=refusals({409: "A knowledge base with this id exists"}),
+)
 async def create_knowledge_base(body: KnowledgeBaseCreate, svc: Svc) -> KnowledgeBaseOut:
     base = await svc.knowledge.create_base(body.name, body.description, kb_id=body.id)
     return _base(base)
@@ -98,8 +115,10 @@ async def delete_knowledge_base(kb_id: str, svc: Svc) -> Response:
 async def add_document(
     kb_id: str,
     svc: Svc,
-    file: Annotated[UploadFile, File(description="A .txt, .md or .pdf file")],
-    name: Annotated[str | None, Form(max_length=300)] = None,
+    file: Annotated[
+        UploadFile, File(description="A .txt, .md or .pdf file", examples=["leave.md"])
+    ],
+    name: Annotated[str | None, Form(max_length=300, examples=["Leave policy"])] = None,
 ) -> StoredDocument:
     """Upload a document (multipart ``file``): it is extracted, chunked and embedded, and is
     searchable once this returns."""

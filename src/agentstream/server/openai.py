@@ -30,6 +30,7 @@ from agentstream.events import Event, RunCompleted, RunFailed, RunPaused
 from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import cancel
 from agentstream.server.services import Services, services
 from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
@@ -100,6 +101,18 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(_Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "What is 17 * 23?"}],
+                    "stream": True,
+                }
+            ]
+        }
+    )
+
     model: str = Field(min_length=1, max_length=200)
     """The agent's id."""
     messages: list[ChatMessage] = Field(min_length=1, max_length=1_000)
@@ -117,6 +130,15 @@ class InputMessage(BaseModel):
 
 
 class ResponseRequest(_Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "demo", "input": "What is 17 * 23?", "stream": True},
+                {"model": "demo", "input": "What time is it?", "background": True},
+            ]
+        }
+    )
+
     model: str = Field(min_length=1, max_length=200)
     """The agent's id."""
     input: MessageText | list[InputMessage] = Field(min_length=1)
@@ -179,12 +201,44 @@ async def _agent(svc: Services, model: str) -> StoredAgent:
     return agent
 
 
-_STREAM: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Events, if streamed"}
-}
+OPENAI_FRAMING = (
+    "Server-Sent Events: each frame is one `data:` line holding one JSON object, then a "
+    "blank line; `: keepalive` comment lines while the run is silent; a stream of chat "
+    "completion chunks ends with `data: [DONE]`"
+)
 
 
-@router.post("/chat/completions", responses=_STREAM)
+MODEL_NOT_FOUND = {404: "No agent has the id `model`"}
+
+
+def _stream(what: str, protocol: str) -> dict[int | str, dict[str, Any]]:
+    """Streamed or not: the 200 of an OpenAI-compatible operation."""
+    return event_stream(
+        what, OPENAI_FRAMING, protocol=protocol, ids=None, json={"schema": {"type": "object"}}
+    )
+
+
+@router.post(
+    "/chat/completions",
+    responses={
+        **_stream(
+            "A `chat.completion`, or, with `stream`, `chat.completion.chunk` frames",
+            "OpenAI's Chat Completions API (streaming: `chat.completion.chunk`)",
+        ),
+        **refusals(
+            STARTS_RUN,
+            MODEL_NOT_FOUND,
+            {
+                400: "The body cannot be read (not JSON, or not UTF-8); or, not streamed, the "
+                "run was cancelled (`cancelled`)",
+                409: "Not streamed: the run waits for an approval (`approval_required`)",
+                500: "Not streamed: the run failed (`error`)",
+                504: "Not streamed: the run timed out (`timeout`)",
+            },
+            {503: STARTS_RUN[503] + "; or, not streamed, the run was interrupted"},
+        ),
+    },
+)
 async def chat_completions(body: ChatCompletionRequest, request: Request, svc: Svc) -> Any:
     """Run the agent on the conversation. Streamed, leaving cancels the run."""
     agent = await _agent(svc, body.model)
@@ -239,7 +293,22 @@ async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event
     return events
 
 
-@router.post("/responses", responses=_STREAM)
+@router.post(
+    "/responses",
+    responses={
+        **_stream(
+            "A `response`, or, with `stream`, its events",
+            "OpenAI's Responses API (streaming events: `response.created` ... "
+            "`response.completed`, each with `type` and `sequence_number`)",
+        ),
+        **refusals(
+            MODEL_NOT_FOUND,
+            {404: MODEL_NOT_FOUND[404] + ", or no response is `previous_response_id`"},
+            {409: "The previous response's session has a run in progress or waiting"},
+            STARTS_RUN,
+        ),
+    },
+)
 async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> Any:
     """Run the agent as a response: streamed (leaving cancels it, unless ``background``),
     or answered once it has ended, or at once with ``background``."""
@@ -288,7 +357,16 @@ async def _response_run(svc: Services, response_id: str, field: str = "response_
     return run
 
 
-@router.get("/responses/{response_id}", responses=_STREAM)
+@router.get(
+    "/responses/{response_id}",
+    responses={
+        **_stream(
+            "The `response` as it stands, or, with `stream`, its events",
+            "OpenAI's Responses API (streaming events, each with `sequence_number`)",
+        ),
+        204: {"description": "Streamed: nothing after `starting_after`"},
+    },
+)
 async def get_response(
     response_id: str,
     svc: Svc,
@@ -333,7 +411,10 @@ def _as_it_stands(view: ResponseEvents, events: Iterable[Event]) -> dict[str, An
     return view.response
 
 
-@router.post("/responses/{response_id}/cancel")
+@router.post(
+    "/responses/{response_id}/cancel",
+    responses=refusals({409: "The response has ended"}, CANCELS_RUN),
+)
 async def cancel_response(response_id: str, svc: Svc) -> Any:
     """Stop a response that is still going (a background one, say), and answer with it
     once it has ended ``cancelled``."""

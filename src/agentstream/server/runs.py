@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound
 from agentstream.events import (
@@ -21,12 +21,19 @@ from agentstream.events import (
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
+from agentstream.server.openapi import (
+    CANCELS_RUN,
+    FOLLOW_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
 from agentstream.store.paging import Page
 from agentstream.store.runs import RunQuery
 from agentstream.store.store import ApprovalRecord, RunRecord
-from agentstream.views.native import UsageJSON, frame, usage_json
+from agentstream.views.native import NativeFrameAdapter, UsageJSON, frame, usage_json
 
 __all__ = ["cancel", "decide_all", "router"]
 
@@ -213,6 +220,12 @@ def _ms(seconds: float) -> int:
 
 
 class DecisionIn(InputModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"tool_call_id": "call_1", "reason": "Not with customer data"}]
+        }
+    )
+
     tool_call_id: str = Field(max_length=100)
     """The call to decide on, from its ``approval_requested`` frame."""
     reason: str | None = Field(default=None, max_length=2_000)
@@ -258,13 +271,18 @@ def _approvals_out(records: list[ApprovalRecord]) -> list[ApprovalOut]:
 Caller = Annotated[str, Depends(require_api_key)]
 
 
-@router.post("/{run_id}/approve")
+DECISION_REFUSALS = refusals(
+    {409: "The run is not waiting for approval, or the call was decided already"}, STARTS_RUN
+)
+
+
+@router.post("/{run_id}/approve", responses=DECISION_REFUSALS)
 async def approve(run_id: str, body: DecisionIn, svc: Svc, caller: Caller) -> DecisionOut:
     """Let the model's call run. The run continues once every pending call is decided."""
     return await _decide(svc, run_id, body, approved=True, caller=caller)
 
 
-@router.post("/{run_id}/deny")
+@router.post("/{run_id}/deny", responses=DECISION_REFUSALS)
 async def deny(run_id: str, body: DecisionIn, svc: Svc, caller: Caller) -> DecisionOut:
     """Refuse the model's call; the model is told so (with ``reason``) and carries on."""
     return await _decide(svc, run_id, body, approved=False, caller=caller)
@@ -346,7 +364,7 @@ async def cancel(svc: Services, run: RunRecord, reason: str) -> bool:
     return False
 
 
-@router.post("/{run_id}/cancel")
+@router.post("/{run_id}/cancel", responses=refusals({409: "The run has ended"}, CANCELS_RUN))
 async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
     in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
@@ -365,7 +383,12 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
 @router.get(
     "/{run_id}/stream",
     response_class=Response,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Agent events"}},
+    responses={
+        **event_stream(
+            "Agent events", FOLLOW_FRAMING, NativeFrameAdapter, ids=True, name="NativeFrame"
+        ),
+        204: {"description": "The run has ended and has nothing after `after`"},
+    },
 )
 async def resume_stream(run_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """Follow a run from after ``Last-Event-ID`` or ``?after=`` (the later of the two: an

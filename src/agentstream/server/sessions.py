@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from agentstream.errors import NotFound
 from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
+from agentstream.server.openapi import refusals
 from agentstream.server.services import Services, services
 from agentstream.store.paging import Page
 from agentstream.views.native import UsageJSON, usage_json
@@ -120,7 +121,11 @@ async def get_session(session_id: str, svc: Svc) -> SessionOut:
     )
 
 
-@router.delete("/{session_id}", status_code=204)
+@router.delete(
+    "/{session_id}",
+    status_code=204,
+    responses=refusals({409: "A run of the session is in progress: cancel it first"}),
+)
 async def delete_session(session_id: str, svc: Svc) -> Response:
     """Forget the conversation: its memory, runs, their events and approvals."""
     if not await svc.runs.forget_session(session_id):

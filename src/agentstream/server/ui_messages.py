@@ -20,6 +20,7 @@ from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
+from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import DONE, STOP_WAIT, follow
@@ -63,7 +64,24 @@ class UIMessage(BaseModel):
 class ChatRequest(BaseModel):
     """What ``DefaultChatTransport`` sends (and what a ``body`` option adds, ignored)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "chat-1",
+                    "messages": [
+                        {
+                            "id": "m1",
+                            "role": "user",
+                            "parts": [{"type": "text", "text": "What is 17 * 23?"}],
+                        }
+                    ],
+                    "trigger": "submit-message",
+                }
+            ]
+        },
+    )
     id: str = Field(min_length=1, max_length=40)
     """The chat's id: the agent's session."""
     messages: list[UIMessage] = Field(min_length=1, max_length=10_000)
@@ -71,12 +89,31 @@ class ChatRequest(BaseModel):
     messageId: str | None = Field(default=None, max_length=100)
 
 
-_STREAM: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "UI message stream chunks"}
-}
+_STREAM = event_stream(
+    "The assistant's message as UI message stream chunks",
+    "Server-Sent Events: each frame is one `data:` line holding one JSON chunk, then a blank "
+    "line; `: keepalive` comment lines while the run is silent; the stream ends with "
+    "`data: [DONE]`. Leaving does not stop the run (`POST .../{chat_id}/stop` does)",
+    protocol="the Vercel AI SDK's UI message stream protocol (`x-vercel-ai-ui-message-stream: "
+    "v1`; chunks `start`, `start-step`, `text-*`, `reasoning-*`, `tool-*`, `finish-step`, "
+    "`finish`, `error`, `abort`)",
+    ids=None,
+)
 
 
-@router.post("/{agent_id}/ui-messages", responses=_STREAM)
+@router.post(
+    "/{agent_id}/ui-messages",
+    responses={
+        **_STREAM,
+        **refusals(
+            {
+                409: "The chat has an answer in progress, or the answer the decisions are for "
+                "is not waiting for them (or waits for more)"
+            },
+            STARTS_RUN,
+        ),
+    },
+)
 async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Caller) -> Any:
     """The answer to the chat's last message, or, when the last message is the assistant's
     with decisions on its approvals, the rest of that answer."""
@@ -158,7 +195,11 @@ async def reconnect(agent_id: str, chat_id: ChatId, svc: Svc) -> Any:
     return await _stream(svc, run.id, 0)
 
 
-@router.post("/{agent_id}/ui-messages/{chat_id}/stop", dependencies=[Depends(require_api_key)])
+@router.post(
+    "/{agent_id}/ui-messages/{chat_id}/stop",
+    dependencies=[Depends(require_api_key)],
+    responses=refusals({409: "The chat has no answer in progress"}, CANCELS_RUN),
+)
 async def stop(agent_id: str, chat_id: ChatId, svc: Svc) -> dict[str, str]:
     """Stop the answer in progress (the Stop button): it ends ``cancelled``, and its stream
     with an ``abort`` chunk."""

@@ -7,19 +7,27 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import Conflict, NotFound, UserError
 from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
+from agentstream.server.openapi import (
+    CANCELS_RUN,
+    FOLLOW_FRAMING,
+    POST_FRAMING,
+    STARTS_RUN,
+    event_stream,
+    refusals,
+)
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
 from agentstream.store.paging import Page
 from agentstream.store.runs import RunQuery
 from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definition_json
-from agentstream.views.workflow import frame, frames
+from agentstream.views.workflow import WorkflowFrameAdapter, frame, frames
 from agentstream.workflows import Workflow, parse_workflow
 
 __all__ = ["router", "workflow_or_404"]
@@ -30,10 +38,33 @@ router = APIRouter(
 Svc = Annotated[Services, Depends(services)]
 Definition = Annotated[
     dict[str, Any],
-    Body(description="A workflow definition: ``id``, ``blocks``, ``edges`` (see the docs)."),
+    Body(
+        description="A workflow definition: ``id``, ``blocks``, ``edges`` (see the docs).",
+        openapi_examples={
+            "greeting": {
+                "summary": "An agent's answer, templated",
+                "value": {
+                    "id": "greeting",
+                    "name": "Greeting",
+                    "blocks": [
+                        {"id": "start", "type": "start"},
+                        {"id": "ask", "type": "agent", "agent": "demo", "input": "<start.input>"},
+                        {"id": "out", "type": "template", "template": "Answer: <ask.content>"},
+                    ],
+                    "edges": [{"from": "start", "to": "ask"}, {"from": "ask", "to": "out"}],
+                },
+            }
+        },
+    ),
 ]
-SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "Workflow events"}
+SSE_RESPONSE = event_stream(
+    "Workflow events", POST_FRAMING, WorkflowFrameAdapter, name="WorkflowFrame"
+)
+SSE_FOLLOW_RESPONSE: dict[int | str, dict[str, Any]] = {
+    **event_stream(
+        "Workflow events", FOLLOW_FRAMING, WorkflowFrameAdapter, ids=True, name="WorkflowFrame"
+    ),
+    204: {"description": "The execution has ended and has nothing after `after`"},
 }
 
 
@@ -46,6 +77,8 @@ class WorkflowOut(BaseModel):
 
 
 class RunIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"input": "What is 17 * 23?"}]})
+
     input: Any = None
     """The execution's input: the start block's output ``input`` (``<start.input>``)."""
 
@@ -120,7 +153,9 @@ async def list_workflows(svc: Svc) -> list[WorkflowOut]:
     return [_out(stored) for stored in await svc.workflows.list_workflows()]
 
 
-@router.post("", status_code=201)
+@router.post(
+    "", status_code=201, responses=refusals({409: "A workflow with this id exists, or existed"})
+)
 async def create_workflow(definition: Definition, svc: Svc) -> WorkflowOut:
     """Validate and save a new workflow; 409 if the id exists. A 422 lists every problem in
     ``error.details``, each naming its block and field."""
@@ -189,7 +224,11 @@ async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
     return [ExecutionSummary(**_summary(record)) for record in records]
 
 
-@router.post("/{workflow_id}/run/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.post(
+    "/{workflow_id}/run/stream",
+    response_class=Response,
+    responses={**SSE_RESPONSE, **refusals(STARTS_RUN)},
+)
 async def run_stream(
     workflow_id: str, svc: Svc, body: Annotated[RunIn | None, Body()] = None
 ) -> Any:
@@ -227,7 +266,9 @@ async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
     )
 
 
-@router.get("/executions/{execution_id}/stream", response_class=Response, responses=SSE_RESPONSE)
+@router.get(
+    "/executions/{execution_id}/stream", response_class=Response, responses=SSE_FOLLOW_RESPONSE
+)
 async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """Follow an execution from after ``Last-Event-ID`` or ``?after=`` (the later of the
     two): live events (deltas included) while it is in this server's log, else a replay of
@@ -248,7 +289,10 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
     )
 
 
-@router.post("/executions/{execution_id}/cancel")
+@router.post(
+    "/executions/{execution_id}/cancel",
+    responses=refusals({409: "The execution has ended"}, CANCELS_RUN),
+)
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""

@@ -21,6 +21,9 @@ Rules:
   ``stream:chunk`` / ``stream:chunk_reset`` / ``stream:thinking`` / ``stream:done`` for it;
   its output and error arrive redacted, and so does the execution's result once a redacted
   block has completed (a response block may quote it).
+
+The pydantic models at the end describe the frames ``CanvasView`` builds, for clients and
+the docs (``CanvasFrameAdapter``; the OpenAPI document's schema of the canvas endpoints).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, assert_never
+from typing import Annotated, Any, Literal, assert_never
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agentstream.events import (
     ApprovalRequested,
@@ -61,7 +66,7 @@ from agentstream.events import (
 from agentstream.redaction import redact as default_redact
 from agentstream.views.chat import THINKING_CAP
 
-__all__ = ["CanvasPolicy", "CanvasView", "redact_value"]
+__all__ = ["CanvasFrame", "CanvasFrameAdapter", "CanvasPolicy", "CanvasView", "redact_value"]
 
 Frame = dict[str, Any]
 
@@ -259,3 +264,165 @@ class CanvasView:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Model(BaseModel):
+    # A newer server may add fields: an older client ignores them.
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+
+class _Frame(_Model):
+    timestamp: str
+    """When the event happened, ISO 8601 in UTC with milliseconds."""
+    executionId: str
+    workflowId: str
+    eventId: int
+    """The workflow event's seq, unique in the execution: resume after it with
+    ``Last-Event-ID`` or ``?after=``."""
+
+
+class CanvasNoData(_Model):
+    pass
+
+
+class CanvasBlock(_Model):
+    blockId: str
+
+
+class CanvasBlockStarted(CanvasBlock):
+    blockType: str
+
+
+class CanvasChunk(CanvasBlock):
+    chunk: str
+
+
+class CanvasThinking(CanvasBlock):
+    text: str
+
+
+class CanvasTool(CanvasBlock):
+    """Name and lifecycle only, never arguments or results."""
+
+    phase: Literal["start", "end"]
+    id: str
+    name: str
+    status: Literal["success", "error", "cancelled"] | None = None
+    """At ``end`` only."""
+
+
+class CanvasBlockCompleted(CanvasBlock):
+    output: dict[str, Any] | None = None
+    """The block's output (redacted where the block redacts); absent if it recorded none."""
+
+
+class CanvasBlockError(CanvasBlock):
+    error: str
+    handled: bool
+    """An error edge leads on: the execution continues."""
+
+
+class CanvasResult(_Model):
+    result: Any
+
+
+class CanvasCancelled(_Model):
+    reason: str
+
+
+class CanvasFailed(_Model):
+    error: str
+    blockId: str | None = None
+    """The block whose failure ended the execution, if one did."""
+
+
+class ExecutionStartedFrame(_Frame):
+    type: Literal["execution:started"]
+    data: CanvasNoData
+
+
+class BlockStartedCanvasFrame(_Frame):
+    type: Literal["block:started"]
+    data: CanvasBlockStarted
+
+
+class StreamChunkFrame(_Frame):
+    type: Literal["stream:chunk"]
+    data: CanvasChunk
+
+
+class StreamChunkResetFrame(_Frame):
+    """Discard the block's provisional text."""
+
+    type: Literal["stream:chunk_reset"]
+    data: CanvasBlock
+
+
+class StreamThinkingFrame(_Frame):
+    type: Literal["stream:thinking"]
+    data: CanvasThinking
+
+
+class StreamToolFrame(_Frame):
+    type: Literal["stream:tool"]
+    data: CanvasTool
+
+
+class StreamDoneFrame(_Frame):
+    """The end of a block's live stream (a block that streamed)."""
+
+    type: Literal["stream:done"]
+    data: CanvasBlock
+
+
+class BlockCompletedCanvasFrame(_Frame):
+    type: Literal["block:completed"]
+    data: CanvasBlockCompleted
+
+
+class BlockErrorCanvasFrame(_Frame):
+    type: Literal["block:error"]
+    data: CanvasBlockError
+
+
+class BlockSkippedCanvasFrame(_Frame):
+    type: Literal["block:skipped"]
+    data: CanvasBlock
+
+
+class ExecutionCompletedFrame(_Frame):
+    type: Literal["execution:completed"]
+    data: CanvasResult
+
+
+class ExecutionCancelledFrame(_Frame):
+    type: Literal["execution:cancelled"]
+    data: CanvasCancelled
+
+
+class ExecutionErrorFrame(_Frame):
+    """A failure, a timeout, or the server stopping (a cancel is ``execution:cancelled``)."""
+
+    type: Literal["execution:error"]
+    data: CanvasFailed
+
+
+CanvasFrame = Annotated[
+    ExecutionStartedFrame
+    | BlockStartedCanvasFrame
+    | StreamChunkFrame
+    | StreamChunkResetFrame
+    | StreamThinkingFrame
+    | StreamToolFrame
+    | StreamDoneFrame
+    | BlockCompletedCanvasFrame
+    | BlockErrorCanvasFrame
+    | BlockSkippedCanvasFrame
+    | ExecutionCompletedFrame
+    | ExecutionCancelledFrame
+    | ExecutionErrorFrame,
+    Field(discriminator="type"),
+]
+"""Any frame of the canvas execution-events stream."""
+
+CanvasFrameAdapter: TypeAdapter[CanvasFrame] = TypeAdapter(CanvasFrame)

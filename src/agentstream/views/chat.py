@@ -7,6 +7,9 @@ Exposure: thinking frames need the header *and* ``include_thinking``; tool lifec
 frames need the header *and* ``include_tool_calls``. Tool arguments and results never
 appear here, in any frame. With redaction on, no text is forwarded live at all. A run read
 back from the store has no deltas: its text and thinking come settled, whatever the cadence.
+
+The pydantic models at the end describe the frames ``ChatView`` builds, for clients and the
+docs (``ChatFrameAdapter``; the OpenAPI document's schema of ``POST /api/chat/{slug}``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Annotated, Any, Literal, assert_never
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agentstream.events import (
     ApprovalRequested,
@@ -51,6 +56,8 @@ __all__ = [
     "PUBLIC_ERRORS",
     "THINKING_CAP",
     "ChatBlock",
+    "ChatFrame",
+    "ChatFrameAdapter",
     "ChatPolicy",
     "ChatView",
     "ends_answer",
@@ -362,3 +369,122 @@ def _text(output: dict[str, Any]) -> str:
             return str(output[key])
     value = output.get("result", output)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+class _Frame(BaseModel):
+    # A newer server may add fields: an older client ignores them.
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+
+class ChatChunkFrame(_Frame):
+    """Answer text: live deltas with the protocol header; else the settled text at once."""
+
+    blockId: str
+    """The output block it belongs to: an agent deployment's agent id, or a workflow's."""
+    chunk: str
+    """Appended to the block's text (a later block's first one opens with a blank line)."""
+
+
+class ChatChunkResetFrame(_Frame):
+    """The block's text so far was a preamble before tool calls: drop it."""
+
+    blockId: str
+    event: Literal["chunk_reset"]
+
+
+class ChatThinkingFrame(_Frame):
+    """The model's thinking (header and ``includeThinking``), capped per block."""
+
+    blockId: str
+    event: Literal["thinking"]
+    data: str
+
+
+class ChatToolFrame(_Frame):
+    """A tool call's lifecycle (header and ``includeToolCalls``): never its arguments or
+    result."""
+
+    blockId: str
+    event: Literal["tool"]
+    phase: Literal["start", "end"]
+    id: str
+    name: str
+    status: Literal["success", "error", "cancelled"] | None = None
+    """At ``end`` only."""
+
+
+class ChatApprovalRequiredFrame(_Frame):
+    """The answer waits for a person to approve a tool call (header only); which call, only
+    where tool frames are shown."""
+
+    blockId: str
+    event: Literal["approval_required"]
+    id: str | None = None
+    name: str | None = None
+
+
+class ChatToolCall(_Frame):
+    id: str
+    name: str
+    status: str
+    """pending, success, error or cancelled."""
+
+
+class ChatUsage(_Frame):
+    inputTokens: int
+    outputTokens: int
+
+
+class ChatOutput(_Frame):
+    """What the deployment's ``outputs`` show."""
+
+    content: str | None = None
+    toolCalls: list[ChatToolCall] | None = None
+    usage: ChatUsage | None = None
+    """An agent deployment's, when ``outputs`` has it."""
+
+
+class ChatAnswer(_Frame):
+    success: Literal[True]
+    conversationId: str
+    output: ChatOutput
+
+
+class ChatAwaitingApproval(_Frame):
+    success: Literal[False]
+    awaitingApproval: Literal[True]
+    error: str
+    conversationId: str
+
+
+class ChatFinalFrame(_Frame):
+    """The answer's end: the envelope, or that it waits for an approval."""
+
+    event: Literal["final"]
+    data: ChatAnswer | ChatAwaitingApproval
+
+
+class ChatErrorFrame(_Frame):
+    """The answer failed; what the public may read of why."""
+
+    event: Literal["error"]
+    error: str
+
+
+ChatDone = Literal["[DONE]"]
+"""The stream's last frame, a JSON string (``data: "[DONE]"``)."""
+
+ChatFrame = Annotated[
+    ChatChunkFrame
+    | ChatChunkResetFrame
+    | ChatThinkingFrame
+    | ChatToolFrame
+    | ChatApprovalRequiredFrame
+    | ChatFinalFrame
+    | ChatErrorFrame
+    | ChatDone,
+    Field(union_mode="left_to_right"),
+]
+"""Any frame of a public chat stream."""
+
+ChatFrameAdapter: TypeAdapter[ChatFrame] = TypeAdapter(ChatFrame)

@@ -169,7 +169,7 @@ def _entity_chunk(entity: str, entity_run_id: str, delta: str) -> dict[str, Any]
 
 class _Model(BaseModel):
     # A newer server may add fields: an older client ignores them.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
 
 
 class _Frame(_Model):

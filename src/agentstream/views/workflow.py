@@ -151,7 +151,7 @@ def frames(event: Event) -> tuple[dict[str, Any], ...]:
 
 class _Frame(BaseModel):
     # A newer server may add fields: an older client ignores them.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
 
     seq: int
     """The event's position in its execution: resume after it with
