@@ -41,7 +41,6 @@ __all__ = [
     "step",
     "timed",
     "tool_call",
-    "tracing",
     "use_tracing",
 ]
 
@@ -68,11 +67,6 @@ _UNTRACED: AbstractContextManager[SpanLike] = nullcontext(_NO_SPAN)
 """A span's block without tracing: nothing to enter or leave (reusable, reentrant)."""
 
 _tracing: Tracing | None = None
-
-
-def tracing() -> Tracing | None:
-    """The spans' tracer, if tracing is on."""
-    return _tracing
 
 
 def use_tracing(mode: TracingMode | Tracing | None) -> None:
