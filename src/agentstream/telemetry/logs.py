@@ -42,7 +42,12 @@ _run: ContextVar[tuple[str, str | None, str | None] | None] = ContextVar("run", 
 CONTEXT_FIELDS = ("request_id", "run_id", "session_id", "agent")
 """What ``ContextFilter`` sets on every record (None where unknown)."""
 
-_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", *CONTEXT_FIELDS}
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's message again, with terminal colours
+    *CONTEXT_FIELDS,
+}
 """A record's own attributes: any other came with ``extra=`` and goes in the JSON line."""
 
 
