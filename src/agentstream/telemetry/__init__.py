@@ -35,7 +35,6 @@ __all__ = [
     "RunAbout",
     "RunObservation",
     "SpanLike",
-    "Tracing",
     "model_call",
     "run",
     "step",
