@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
@@ -48,6 +49,17 @@ class LiveServer:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.headers, **{"timeout": 10, **kwargs})
+
+
+@pytest.fixture(autouse=True)
+def _app_logging_restored() -> Iterator[None]:
+    """``serve`` invoked in this process (``CliRunner``) sets up the app's logging
+    (``serving.log_to_console``) on the stderr of that invocation: the next tests get the
+    logging they started with, not lines written into another test's output."""
+    app_logger = logging.getLogger("agentstream")
+    handlers, level = list(app_logger.handlers), app_logger.level
+    yield
+    app_logger.handlers[:], app_logger.level = handlers, level
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -403,6 +403,8 @@ def test_two_workers_serve_one_port_and_both_drain_on_sigterm(tmp_path: Path) ->
             key = (tmp_path / "demo-key").read_text().strip()
             with Client(url, key) as client:
                 answers = [client.run("demo", "What is 17 * 23?") for _ in range(4)]
+            # Whichever worker answers, /metrics adds up both (multiprocess mode).
+            scraped = [httpx.get(f"{url}/metrics").text for _ in range(4)]
             process.send_signal(signal.SIGTERM)
             returncode = process.wait(60)
         finally:
@@ -410,6 +412,7 @@ def test_two_workers_serve_one_port_and_both_drain_on_sigterm(tmp_path: Path) ->
             process.wait(10)
 
     assert [answer.content for answer in answers] == ["The answer is 391."] * 4
+    assert all('agentstream_runs_started_total{kind="agent"} 4.0' in text for text in scraped)
     assert returncode == 0
     printed = log.read_text()
     assert printed.count("Stopped listening; live runs get the shutdown grace period") == 2

@@ -423,7 +423,7 @@ def serve(
     )
     report = Report()
     _serve_check(check_declared(settings, report), report, debug=debug)
-    log_to_console()  # the app logs the demo key at start-up
+    log_to_console(settings.log_format)  # the app logs the demo key at start-up
     url = f"http://{settings.host}:{settings.port}"
     try:
         with claim(settings) as listener:  # before anything reads or changes data

@@ -6,7 +6,7 @@ import os
 import re
 from ipaddress import ip_network
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -89,6 +89,16 @@ class Settings(BaseSettings):
     """Retries of a failed provider request, done by the provider's SDK (with its backoff)."""
     provider_timeout_seconds: float = Field(default=600.0, gt=0)
     """Timeout of one provider request, as the provider's SDK applies it."""
+    log_format: Literal["auto", "json", "text"] = "auto"
+    """Log lines as JSON objects, one a line (``json``), or readable text (``text``);
+    ``auto``: JSON unless stderr is a terminal (docs/observability.md)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at ``/metrics``, without authentication: keep that path to
+    the private network (docs/observability.md)."""
+    tracing: Literal["off", "otlp", "console", "global"] = "off"
+    """OpenTelemetry spans of runs, steps, model and tool calls (the ``otel`` extra):
+    ``otlp`` exports them as the ``OTEL_EXPORTER_OTLP_*`` variables say, ``console`` prints
+    them, ``global`` hands them to the global tracer provider the program set up."""
     secret_key: str | None = None
     """Signs chat access cookies; default: a random key kept in the database, so every
     process that shares it accepts the cookies any of them set."""

@@ -29,6 +29,7 @@ from pydantic_core import to_json
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from agentstream import telemetry
 from agentstream.events import Event, EventAdapter
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
@@ -184,7 +185,8 @@ class RedisLog:
             batch = self._queue[:BATCH]
             del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push
             try:
-                await self._send(batch)
+                with telemetry.timed("write"):
+                    await self._send(batch)
             except BaseException:
                 self._queue[:0] = batch
                 raise

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from pydantic import TypeAdapter
 
+from agentstream import telemetry
 from agentstream.agents import AgentSpec
 from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
@@ -171,70 +172,73 @@ async def run_agent(
     ]
 
     while state.step <= agent.max_steps:
-        step = state.step
-        pending = state.pending
-        if pending is None:
-            await ctx.emit(StepStarted, step=step)
-            request = ModelRequest(
-                messages=tuple(state.messages),
-                tools=specs,
-                reasoning=reasoning,
-                settings=agent.model_settings,
-            )
-            separator = STEP_SEPARATOR if state.streamed_text else ""
-            turn = await _model_turn(ctx, step, model, request, separator)
-            text = "".join(turn.text)
-            state.streamed_text = state.streamed_text or bool(text)
-            if not turn.calls:
-                await ctx.emit(Text, step=step, text=text)
-                await _end_step(ctx, step, turn.summary)
-                answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
-                return AgentAnswer(content=text, memory=[*state.memory, answer])
-            if text:
-                await ctx.emit(TextRetracted, step=step, text=text)
-            calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
-            assistant = Message(
-                role="assistant",
-                tool_calls=tuple(call for call, _ in calls),
-                provider_state=turn.provider_state,
-            )
-            calls, provider_ids = _ids_in_run(state, calls)
-            pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
-            for call, _ in calls:
-                await ctx.emit(
-                    ToolCall,
-                    step=step,
-                    call_id=call.id,
-                    tool_name=call.name,
-                    arguments=call.arguments,
+        with telemetry.step(ctx.run_id, state.step, expected=(AwaitingApproval,)):
+            step = state.step
+            pending = state.pending
+            if pending is None:
+                await ctx.emit(StepStarted, step=step)
+                request = ModelRequest(
+                    messages=tuple(state.messages),
+                    tools=specs,
+                    reasoning=reasoning,
+                    settings=agent.model_settings,
                 )
-            if asked := [call for call, _ in calls if call.name in gated]:
-                state.pending = pending
-                for call in asked:
+                separator = STEP_SEPARATOR if state.streamed_text else ""
+                turn = await _model_turn(ctx, step, model, request, separator)
+                text = "".join(turn.text)
+                state.streamed_text = state.streamed_text or bool(text)
+                if not turn.calls:
+                    await ctx.emit(Text, step=step, text=text)
+                    await _end_step(ctx, step, turn.summary)
+                    answer = Message(
+                        role="assistant", content=text, provider_state=turn.provider_state
+                    )
+                    return AgentAnswer(content=text, memory=[*state.memory, answer])
+                if text:
+                    await ctx.emit(TextRetracted, step=step, text=text)
+                calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
+                assistant = Message(
+                    role="assistant",
+                    tool_calls=tuple(call for call, _ in calls),
+                    provider_state=turn.provider_state,
+                )
+                calls, provider_ids = _ids_in_run(state, calls)
+                pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
+                for call, _ in calls:
                     await ctx.emit(
-                        ApprovalRequested,
+                        ToolCall,
                         step=step,
                         call_id=call.id,
                         tool_name=call.name,
-                        tool_input=call.arguments,
+                        arguments=call.arguments,
                     )
-                raise AwaitingApproval(state, asked)
-        for call, _ in pending.calls:
-            ctx.open_tool_calls[call.id] = (step, call.name)
-        outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
-        exchange = [pending.assistant] + [
-            Message(
-                role="tool",
-                content=_for_model(outcome),
-                tool_call_id=pending.provider_ids.get(call.id, call.id),
-            )
-            for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
-        ]
-        state.messages += exchange
-        state.memory += exchange
-        state.pending = None
-        state.step += 1
-        await _end_step(ctx, step, pending.summary)
+                if asked := [call for call, _ in calls if call.name in gated]:
+                    state.pending = pending
+                    for call in asked:
+                        await ctx.emit(
+                            ApprovalRequested,
+                            step=step,
+                            call_id=call.id,
+                            tool_name=call.name,
+                            tool_input=call.arguments,
+                        )
+                    raise AwaitingApproval(state, asked)
+            for call, _ in pending.calls:
+                ctx.open_tool_calls[call.id] = (step, call.name)
+            outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
+            exchange = [pending.assistant] + [
+                Message(
+                    role="tool",
+                    content=_for_model(outcome),
+                    tool_call_id=pending.provider_ids.get(call.id, call.id),
+                )
+                for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
+            ]
+            state.messages += exchange
+            state.memory += exchange
+            state.pending = None
+            state.step += 1
+            await _end_step(ctx, step, pending.summary)
 
     raise MaxStepsExceeded(
         f"The agent reached its limit of {agent.max_steps} steps without an answer"
@@ -247,34 +251,39 @@ async def _model_turn(
     """Stream one turn, forwarding deltas live, the first text delta with ``separator``. On
     cancel, closing the iterator closes the provider's stream."""
     turn = _Turn()
-    async with aclosing(model.stream(request)) as parts:
-        async for part in parts:
-            match part:
-                case ReasoningPart(delta):
-                    turn.reasoning.append(delta)
-                    await ctx.emit(ReasoningDelta, step=step, delta=delta)
-                case TextPart(delta):
-                    await _settle_reasoning(ctx, step, turn)
-                    await ctx.emit(
-                        TextDelta,
-                        step=step,
-                        delta=delta,
-                        separator="" if turn.text else separator,
-                    )
-                    turn.text.append(delta)
-                case ToolCallStartPart(call_id, name):
-                    await _settle_reasoning(ctx, step, turn)
-                    turn.calls[call_id] = (name, [])
-                case ToolCallArgsPart(call_id, delta):
-                    turn.calls[call_id][1].append(delta)
-                case UsagePart(usage):
-                    ctx.count(usage)
-                case ProviderStatePart(state):
-                    turn.provider_state = state
-                case ReasoningSummaryPart(summary):
-                    turn.summary = summary
-                case ToolCallEndPart() | TurnEndPart():
-                    pass
+    with telemetry.model_call(model.name) as call:
+        async with aclosing(model.stream(request)) as parts:
+            answering = False
+            async for part in parts:
+                if not answering:  # once per call: the time to its first token
+                    answering = True
+                    call.first_part()
+                match part:
+                    case ReasoningPart(delta):
+                        turn.reasoning.append(delta)
+                        await ctx.emit(ReasoningDelta, step=step, delta=delta)
+                    case TextPart(delta):
+                        await _settle_reasoning(ctx, step, turn)
+                        await ctx.emit(
+                            TextDelta,
+                            step=step,
+                            delta=delta,
+                            separator="" if turn.text else separator,
+                        )
+                        turn.text.append(delta)
+                    case ToolCallStartPart(call_id, name):
+                        await _settle_reasoning(ctx, step, turn)
+                        turn.calls[call_id] = (name, [])
+                    case ToolCallArgsPart(call_id, delta):
+                        turn.calls[call_id][1].append(delta)
+                    case UsagePart(usage):
+                        call.add(ctx.count(usage))
+                    case ProviderStatePart(state):
+                        turn.provider_state = state
+                    case ReasoningSummaryPart(summary):
+                        turn.summary = summary
+                    case ToolCallEndPart() | TurnEndPart():
+                        pass
     await _settle_reasoning(ctx, step, turn)
     return turn
 
@@ -349,7 +358,11 @@ async def _call_tools(
             error = f"{decision.decided_by} denied this call" + (
                 f": {decision.reason}" if decision.reason else ""
             )
-        outcome = ToolOutcome(error=error) if error else await tools[call.name].call(call.arguments)
+        with telemetry.tool_call(call.name, call.id) as span:
+            outcome = (
+                ToolOutcome(error=error) if error else await tools[call.name].call(call.arguments)
+            )
+            span.set_attribute("agentstream.tool.status", "success" if outcome.ok else "error")
         outcomes[index] = outcome
         await ctx.emit(
             ToolResult,

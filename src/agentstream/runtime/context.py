@@ -86,9 +86,11 @@ class RunContext:
         """Held from stamping an event to its sink being done with it, so seqs go out in
         order. Taken at once when free: a token costs no trip through the event loop."""
 
-    def count(self, usage: Usage) -> None:
-        """Add a turn's usage to the run's, priced at the model's rates."""
-        self.usage += self.pricing.priced(usage) if self.pricing else usage
+    def count(self, usage: Usage) -> Usage:
+        """Add a turn's usage to the run's, priced at the model's rates; that usage, priced."""
+        priced = self.pricing.priced(usage) if self.pricing else usage
+        self.usage += priced
+        return priced
 
     def stamp(self, kind: type[E], /, **fields: Any) -> E:
         """The next event of this run: its seq and time."""
@@ -122,10 +124,13 @@ class RunContext:
             self._seq += 1
             await self._sink(replace(event, run_id=self.run_id, seq=self._seq, block_id=block_id))
 
-    async def end(self, last: BaseEvent, record: Callable[[BaseEvent], Awaitable[None]]) -> None:
+    async def end(
+        self, last: BaseEvent, record: Callable[[BaseEvent], Awaitable[None]]
+    ) -> BaseEvent:
         """End the run: ``record`` its outcome with its terminal event ``last`` (stamped by
-        ``stamp``), then publish that event and close the run's log. If recording fails, the
-        run is at least marked failed, and its viewers get a terminal event that says so."""
+        ``stamp``), then publish that event and close the run's log; that event. If
+        recording fails, the run is at least marked failed, and its viewers get a terminal
+        event that says so."""
         if self._log is None or self._store is None:
             raise TypeError("Only a run's own context ends it")
         try:
@@ -142,6 +147,7 @@ class RunContext:
                 logger.exception("Could not mark run %s failed", self.run_id)
         self._log.append(last)
         self._log.close(self.run_id)
+        return last
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,11 @@ from typing import Any
 
 import anyio
 
-from agentstream.events import RunCompleted, RunFailed
+from agentstream.events import BaseEvent, RunCompleted, RunFailed
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.ports import ExecutionStore
 from agentstream.runtime.supervisor import Stopped, Supervisor
+from agentstream.telemetry import RunAbout
 from agentstream.workflows.definition import Workflow
 from agentstream.workflows.engine import ExecutionResult, WorkflowEngine
 
@@ -60,13 +61,13 @@ class ExecutionManager:
         ctx = RunContext(run_id, log=self.supervisor.log, store=self.store)
         execution = self.engine.execution(workflow, ctx)
 
-        async def finish(ending: ExecutionResult | Stopped) -> None:
+        async def finish(ending: ExecutionResult | Stopped) -> BaseEvent:
             last = terminal(ctx, ending)
             if isinstance(last, RunCompleted):
                 status, result, error = "completed", last.result, None
             else:
                 status, result, error = last.status, None, last.message
-            await ctx.end(
+            return await ctx.end(
                 last,
                 lambda last: self.store.finish_execution(
                     run_id, status=status, result=result, error=error, last_event=last
@@ -84,7 +85,11 @@ class ExecutionManager:
             )
             self.supervisor.log.open(run_id)
             self.supervisor.launch(
-                run_id, lambda: execution.run(inputs), finish, timeout=self.timeout_seconds
+                run_id,
+                lambda: execution.run(inputs),
+                finish,
+                timeout=self.timeout_seconds,
+                about=RunAbout("workflow", workflow=workflow.id),
             )
         await self.supervisor.followable(run_id)
         return run_id

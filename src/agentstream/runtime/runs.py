@@ -45,6 +45,7 @@ from agentstream.runtime.orchestration import delegate_tools, resolve_entities
 from agentstream.runtime.ports import AgentRunStore, StartedRun
 from agentstream.runtime.supervisor import Stopped, Supervisor, internal_error
 from agentstream.runtime.tools import Tool, ToolRegistry
+from agentstream.telemetry import RunAbout
 
 __all__ = ["RunManager", "check_agent"]
 
@@ -272,9 +273,9 @@ class RunManager:
             ctx.publish(first)
         claim.run_id = run_id
 
-        async def finish(ending: _Outcome | Stopped) -> None:
+        async def finish(ending: _Outcome | Stopped) -> BaseEvent:
             try:
-                await self._finish(ctx, ending, spec, reasoning)
+                return await self._finish(ctx, ending, spec, reasoning)
             finally:
                 self._release(session_id, claim)
 
@@ -283,6 +284,7 @@ class RunManager:
             lambda: self._execute(ctx, spec, model, tools, state, reasoning, decisions),
             finish,
             timeout=spec.timeout_seconds,
+            about=RunAbout("agent", agent=spec.id, session_id=session_id),
         )
 
     def check_agent(self, spec: AgentSpec) -> None:
@@ -353,9 +355,10 @@ class RunManager:
 
     async def _finish(
         self, ctx: RunContext, ending: _Outcome | Stopped, spec: AgentSpec, reasoning: bool
-    ) -> None:
+    ) -> BaseEvent:
         """End the run (or this part of it) truthfully: settle open tool calls, then record
-        the outcome with its last event in one transaction and publish that event."""
+        the outcome with its last event in one transaction and publish that event, which it
+        returns."""
         outcome = (
             ending if isinstance(ending, _Outcome) else _Outcome(ending.status, ending.message)
         )
@@ -380,8 +383,7 @@ class RunManager:
                     last_event=last,
                 )
 
-            await ctx.end(ctx.stamp(RunPaused, awaiting=[call.id for call in asked]), pause)
-            return
+            return await ctx.end(ctx.stamp(RunPaused, awaiting=[call.id for call in asked]), pause)
         answer = outcome.answer
         last: BaseEvent
         if answer is not None:
@@ -401,7 +403,7 @@ class RunManager:
                 last_event=last,
             )
 
-        await ctx.end(last, record)
+        return await ctx.end(last, record)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,12 @@ from typing import Self, TypeVar
 import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
+from agentstream import telemetry
 from agentstream.errors import ShuttingDown
-from agentstream.events import INTERRUPTED, FailureStatus
+from agentstream.events import INTERRUPTED, BaseEvent, FailureStatus
 from agentstream.runlog import RunLog, Subscription
 from agentstream.runtime.ports import Peers
+from agentstream.telemetry import RunAbout
 
 __all__ = ["LiveRun", "Stopped", "Supervisor", "internal_error"]
 
@@ -31,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 5.0
 """Seconds the runs still going at shutdown get to record how they ended."""
+
+_AN_AGENT_RUN = RunAbout("agent")
 
 Ending = TypeVar("Ending")
 """What a program returns to its ``finish`` when it ends by itself."""
@@ -125,20 +129,26 @@ class Supervisor:
         self,
         run_id: str,
         program: Callable[[], Awaitable[Ending]],
-        finish: Callable[[Ending | Stopped], Awaitable[None]],
+        finish: Callable[[Ending | Stopped], Awaitable[BaseEvent | None]],
         *,
         timeout: float,
+        about: RunAbout = _AN_AGENT_RUN,
     ) -> LiveRun:
         """Run ``program`` as the task of run ``run_id``, within ``timeout`` seconds, then
         hand what it returned (or why it was stopped) to ``finish``, shielded: ``finish``
-        records the ending and publishes the run's terminal event. ``program`` turns its own
-        failures into what it returns; one that escapes is logged, and ``finish`` gets an
-        ``error`` ending."""
+        records the ending and publishes the run's terminal event, which it returns.
+        ``program`` turns its own failures into what it returns; one that escapes is
+        logged, and ``finish`` gets an ``error`` ending. The task is observed as a run
+        (``telemetry.run``): ``about`` says what it runs."""
         if self._tasks is None:
             raise RuntimeError("The supervisor is not running")
         live = self._live[run_id] = LiveRun(run_id)
 
         async def run() -> None:
+            with telemetry.run(run_id, about) as observed:
+                await execute(observed)
+
+        async def execute(observed: telemetry.RunObservation) -> None:
             ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
             try:
                 with live.scope:
@@ -154,7 +164,7 @@ class Supervisor:
             finally:
                 with anyio.CancelScope(shield=True):
                     try:
-                        await finish(ending)
+                        observed.ended(await finish(ending))
                     finally:
                         if self._live.get(run_id) is live:
                             del self._live[run_id]
@@ -169,7 +179,8 @@ class Supervisor:
         """Once a run is launched: wait until it can be followed from any process. If the
         caller is cancelled meanwhile, so is the run (nobody would know of it)."""
         try:
-            await self.log.sync()
+            with telemetry.timed("sync"):
+                await self.log.sync()
             await checkpoint_if_cancelled()
         except anyio.get_cancelled_exc_class():
             self.cancel(run_id, "The request that started the run was cancelled")

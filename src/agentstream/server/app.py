@@ -48,6 +48,7 @@ from agentstream.server.errors import BodyLimit, install_error_handlers
 from agentstream.server.knowledge import DOCUMENT_UPLOADS
 from agentstream.server.knowledge import router as knowledge_router
 from agentstream.server.models import router as models_router
+from agentstream.server.observability import install_observability
 from agentstream.server.openai import router as openai_router
 from agentstream.server.openapi import document_errors
 from agentstream.server.pages import StaticAssets, page, script
@@ -72,6 +73,7 @@ EXPOSED_HEADERS = [
     "X-Execution-Id",
     "X-Sim-Stream-Protocol",
     "Retry-After",
+    "X-Request-Id",
 ]
 """Response headers a page on another origin may read (``AGENTSTREAM_CORS_ORIGINS``)."""
 
@@ -202,6 +204,7 @@ def create_app(
         uploads=DOCUMENT_UPLOADS,
         upload_limit=settings.max_document_bytes,
     )
+    install_observability(app, settings)  # request ids: on refusals too
     if settings.cors_origins:  # outermost: refusals carry the headers too
         app.add_middleware(
             CORSMiddleware,

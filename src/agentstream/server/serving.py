@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
@@ -33,8 +34,7 @@ import anyio
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
-from uvicorn.config import STARTUP_FAILURE
-from uvicorn.logging import DefaultFormatter
+from uvicorn.config import LOGGING_CONFIG, STARTUP_FAILURE
 from uvicorn.supervisors import multiprocess
 
 from agentstream.config import Settings
@@ -43,6 +43,8 @@ from agentstream.errors import ServeRefused
 from agentstream.server.app import create_app
 from agentstream.store import Store
 from agentstream.store.store import sqlite_file
+from agentstream.telemetry import logs, metrics
+from agentstream.telemetry.logs import LogFormat
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -88,6 +90,11 @@ def run_workers(settings: Settings, listener: socket.socket) -> bool:
     supervisor, until told to stop; each worker builds its own app from ``settings`` and
     drains when it stops. False if a worker's app failed to start (it has logged why)."""
     anyio.run(_migrate, settings.database)  # here, once: workers migrating at once collide
+    with _metrics_shared():
+        return _supervise(settings, listener)
+
+
+def _supervise(settings: Settings, listener: socket.socket) -> bool:
     config = _config(
         functools.partial(_worker_app, settings),
         settings,
@@ -147,6 +154,11 @@ class _Worker(multiprocess.Process):
             self._server = DrainingServer(config=self.config)
         return self._server
 
+    def join(self) -> None:
+        super().join()
+        if self.pid is not None:
+            metrics.process_ended(self.pid)  # its live streams are over
+
 
 async def _migrate(database: str) -> None:
     """Bring the database to the latest migration (``Store.open`` does)."""
@@ -154,21 +166,68 @@ async def _migrate(database: str) -> None:
     await store.close()
 
 
+@contextmanager
+def _metrics_shared() -> Iterator[None]:
+    """The workers' metrics added up at ``/metrics`` (prometheus_client's multiprocess
+    mode): in the ``PROMETHEUS_MULTIPROC_DIR`` given, else in a directory of this serve,
+    removed when it ends. Workers are new processes (spawned): they read it at start."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="agentstream-metrics-") as directory:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        try:
+            yield
+        finally:
+            del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+
+
 def _worker_app(settings: Settings) -> FastAPI:
     """The app of one worker process, built in that process from the parent's settings."""
-    log_to_console()
+    log_to_console(settings.log_format)
     return create_app(settings)
 
 
-def log_to_console() -> None:
-    """The app's log lines (the demo key at start-up, warnings, the drain) on stderr, in
-    uvicorn's format."""
+def log_to_console(log_format: LogFormat = "auto") -> None:
+    """The app's log lines (the demo key at start-up, runs starting and ending, warnings,
+    the drain) on stderr: JSON lines, or uvicorn's format on a terminal (``log_format``),
+    with the request, run, session and agent they are about."""
     app_logger = logging.getLogger("agentstream")
     if not app_logger.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+        handler.addFilter(logs.ContextFilter())
         app_logger.addHandler(handler)
+    for each in app_logger.handlers:
+        each.setFormatter(logs.formatter(log_format))
     app_logger.setLevel(logging.INFO)
+
+
+def _log_config(log_format: LogFormat) -> dict[str, Any]:
+    """uvicorn's logging: its own on a terminal; else JSON lines with the request id
+    (access lines on stdout, the others on stderr, as uvicorn does)."""
+    if not logs.uses_json(log_format):
+        return LOGGING_CONFIG
+
+    def handler(stream: str) -> dict[str, Any]:
+        return {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["context"],
+            "stream": f"ext://sys.{stream}",
+        }
+
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": logs.ContextFilter}},
+        "formatters": {"json": {"()": logs.JsonFormatter}},
+        "handlers": {"default": handler("stderr"), "access": handler("stdout")},
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }
 
 
 def _config(
@@ -183,6 +242,7 @@ def _config(
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         timeout_graceful_shutdown=CLOSE_TIMEOUT,
+        log_config=_log_config(settings.log_format),
         **options,
     )
 

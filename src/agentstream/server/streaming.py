@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agentstream import sse
+from agentstream.telemetry.metrics import LIVE_STREAMS
 
 __all__ = ["SSE_HEADERS", "EventStreamResponse"]
 
@@ -56,9 +57,11 @@ class EventStreamResponse(Response):
         self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        LIVE_STREAMS.inc()
         try:
             await self._stream(receive, send)
         finally:
+            LIVE_STREAMS.dec()
             if self._on_end is not None:
                 self._on_end()
 

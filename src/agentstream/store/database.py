@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentstream.store.tables import Base
+from agentstream.telemetry.metrics import STORE_SECONDS
 
 __all__ = ["Database", "add", "sqlite_pragmas"]
 
@@ -54,6 +56,10 @@ class Database:
             url = engine.url.set(drivername="sqlite+pysqlite")
             self._file = create_engine(url, pool_reset_on_return=None)
             event.listen(self._file, "connect", sqlite_pragmas)
+        for timed in (engine.sync_engine, self._file):
+            if timed is not None:
+                event.listen(timed, "before_cursor_execute", _started)
+                event.listen(timed, "after_cursor_execute", _returned)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -185,6 +191,20 @@ def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection
     for position in range(max(len(rows) for rows in inserts)):
         at = (rows[position] for rows in inserts if position < len(rows))
         add(connection, (row for row in at if row is not None))
+
+
+_OPERATIONS = frozenset({"select", "insert", "update", "delete"})
+
+
+def _started(connection: Connection, *_: Any) -> None:
+    connection.info.setdefault("agentstream_started", []).append(time.perf_counter())
+
+
+def _returned(connection: Connection, _cursor: Any, statement: str, *_: Any) -> None:
+    """A statement returned: how long it took (``agentstream_store_seconds``)."""
+    seconds = time.perf_counter() - connection.info["agentstream_started"].pop()
+    operation = statement.lstrip()[:6].lower()
+    STORE_SECONDS.labels(operation if operation in _OPERATIONS else "other").observe(seconds)
 
 
 def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
