@@ -171,74 +171,79 @@ async def run_agent(
         ToolSpec(name=t.name, description=t.description, parameters=t.parameters) for t in tools
     ]
 
-    while state.step <= agent.max_steps:
-        with telemetry.step(ctx.run_id, state.step, expected=(AwaitingApproval,)):
-            step = state.step
-            pending = state.pending
-            if pending is None:
-                await ctx.emit(StepStarted, step=step)
-                request = ModelRequest(
-                    messages=tuple(state.messages),
-                    tools=specs,
-                    reasoning=reasoning,
-                    settings=agent.model_settings,
+    async def one_step() -> AgentAnswer | None:
+        """One model turn and its tool calls (or, continued, the pending calls): the answer
+        if the model gave one."""
+        step = state.step
+        pending = state.pending
+        if pending is None:
+            await ctx.emit(StepStarted, step=step)
+            request = ModelRequest(
+                messages=tuple(state.messages),
+                tools=specs,
+                reasoning=reasoning,
+                settings=agent.model_settings,
+            )
+            separator = STEP_SEPARATOR if state.streamed_text else ""
+            turn = await _model_turn(ctx, step, model, request, separator)
+            text = "".join(turn.text)
+            state.streamed_text = state.streamed_text or bool(text)
+            if not turn.calls:
+                await ctx.emit(Text, step=step, text=text)
+                await _end_step(ctx, step, turn.summary)
+                answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
+                return AgentAnswer(content=text, memory=[*state.memory, answer])
+            if text:
+                await ctx.emit(TextRetracted, step=step, text=text)
+            calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
+            assistant = Message(
+                role="assistant",
+                tool_calls=tuple(call for call, _ in calls),
+                provider_state=turn.provider_state,
+            )
+            calls, provider_ids = _ids_in_run(state, calls)
+            pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
+            for call, _ in calls:
+                await ctx.emit(
+                    ToolCall,
+                    step=step,
+                    call_id=call.id,
+                    tool_name=call.name,
+                    arguments=call.arguments,
                 )
-                separator = STEP_SEPARATOR if state.streamed_text else ""
-                turn = await _model_turn(ctx, step, model, request, separator)
-                text = "".join(turn.text)
-                state.streamed_text = state.streamed_text or bool(text)
-                if not turn.calls:
-                    await ctx.emit(Text, step=step, text=text)
-                    await _end_step(ctx, step, turn.summary)
-                    answer = Message(
-                        role="assistant", content=text, provider_state=turn.provider_state
-                    )
-                    return AgentAnswer(content=text, memory=[*state.memory, answer])
-                if text:
-                    await ctx.emit(TextRetracted, step=step, text=text)
-                calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
-                assistant = Message(
-                    role="assistant",
-                    tool_calls=tuple(call for call, _ in calls),
-                    provider_state=turn.provider_state,
-                )
-                calls, provider_ids = _ids_in_run(state, calls)
-                pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
-                for call, _ in calls:
+            if asked := [call for call, _ in calls if call.name in gated]:
+                state.pending = pending
+                for call in asked:
                     await ctx.emit(
-                        ToolCall,
+                        ApprovalRequested,
                         step=step,
                         call_id=call.id,
                         tool_name=call.name,
-                        arguments=call.arguments,
+                        tool_input=call.arguments,
                     )
-                if asked := [call for call, _ in calls if call.name in gated]:
-                    state.pending = pending
-                    for call in asked:
-                        await ctx.emit(
-                            ApprovalRequested,
-                            step=step,
-                            call_id=call.id,
-                            tool_name=call.name,
-                            tool_input=call.arguments,
-                        )
-                    raise AwaitingApproval(state, asked)
-            for call, _ in pending.calls:
-                ctx.open_tool_calls[call.id] = (step, call.name)
-            outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
-            exchange = [pending.assistant] + [
-                Message(
-                    role="tool",
-                    content=_for_model(outcome),
-                    tool_call_id=pending.provider_ids.get(call.id, call.id),
-                )
-                for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
-            ]
-            state.messages += exchange
-            state.memory += exchange
-            state.pending = None
-            state.step += 1
-            await _end_step(ctx, step, pending.summary)
+                raise AwaitingApproval(state, asked)
+        for call, _ in pending.calls:
+            ctx.open_tool_calls[call.id] = (step, call.name)
+        outcomes = await _call_tools(ctx, step, by_name, pending.calls, decisions or {})
+        exchange = [pending.assistant] + [
+            Message(
+                role="tool",
+                content=_for_model(outcome),
+                tool_call_id=pending.provider_ids.get(call.id, call.id),
+            )
+            for (call, _), outcome in zip(pending.calls, outcomes, strict=True)
+        ]
+        state.messages += exchange
+        state.memory += exchange
+        state.pending = None
+        state.step += 1
+        await _end_step(ctx, step, pending.summary)
+        return None
+
+    while state.step <= agent.max_steps:
+        with telemetry.step(ctx.run_id, state.step, expected=(AwaitingApproval,)):
+            if (answer := await one_step()) is not None:
+                return answer
 
     raise MaxStepsExceeded(
         f"The agent reached its limit of {agent.max_steps} steps without an answer"
