@@ -212,7 +212,8 @@ async def test_a_request_id_is_the_clients_if_sensible_else_a_new_one(
 
 
 def test_serve_logs_json_lines_with_the_request_run_session_and_agent(tmp_path: Path) -> None:
-    """stderr is not a terminal: JSON lines (access lines on stdout, as uvicorn's)."""
+    """stderr is not a terminal: JSON lines and nothing else, the banner too (access lines
+    on stdout, as uvicorn's)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "agentstream", "serve", "--demo", "--port", str(port)]
@@ -228,9 +229,7 @@ def test_serve_logs_json_lines_with_the_request_run_session_and_agent(tmp_path: 
             process.terminate()
             process.wait(30)
         printed = [json.loads(line) for line in Path(err.name).read_text().splitlines()]
-        access = [  # after the banner
-            json.loads(line) for line in Path(out.name).read_text().splitlines() if line[0] == "{"
-        ]
+        access = [json.loads(line) for line in Path(out.name).read_text().splitlines()]
 
     ids = {
         "request_id": "req-from-test",
@@ -244,6 +243,7 @@ def test_serve_logs_json_lines_with_the_request_run_session_and_agent(tmp_path: 
     assert ended.items() >= {**ids, "status": "completed", "kind": "agent"}.items()
     assert ended["duration_ms"] >= 0
     assert any(line["message"].startswith("Demo API key") for line in printed)
+    assert any(line["message"].startswith(f"agentstream on {url}") for line in printed)
     [posted] = [line for line in access if line.get("request_id") == "req-from-test"]
     assert (
         posted.items()

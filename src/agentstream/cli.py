@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -451,7 +452,17 @@ def _serve_check(step: Coroutine[Any, Any, None], report: Report, *, debug: bool
 
 
 def _banner(settings: Settings, url: str, database: DatabaseState) -> None:
+    """Where the server listens and keeps its data: a panel on a terminal; where logs are
+    JSON lines (``AGENTSTREAM_LOG_FORMAT``), one more of them, so a log collector reading
+    the output reads nothing but JSON."""
     data = database.where + (" (new)" if database.new else "")
+    from agentstream.telemetry.logs import uses_json
+
+    if uses_json(settings.log_format):
+        logging.getLogger("agentstream").info(
+            "agentstream on %s, data: %s, workers: %d", url, data, settings.workers
+        )
+        return
     lines = [f"[bold]agentstream[/] on {escape(url)}", f"data: {escape(data)}"]
     if settings.workers > 1:
         lines.append(f"workers: {settings.workers}")
