@@ -21,6 +21,7 @@ import anyio
 import asyncpg
 import httpx
 import pytest
+from filelock import FileLock
 from sqlalchemy import make_url
 
 from agentstream.config import Settings
@@ -125,13 +126,14 @@ def node() -> str:
         pytest.skip(message)
     installed = JS / "node_modules" / ".package-lock.json"
     lock = JS / "package-lock.json"
-    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=JS,
-            check=True,
-            timeout=300,
-        )
+    with FileLock(JS / "node_modules.lock"):  # one npm ci, whichever test worker comes first
+        if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
+            subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=JS,
+                check=True,
+                timeout=300,
+            )
     return node
 
 

@@ -170,7 +170,11 @@ def postgres_mistakes() -> Iterator[tuple[str, str]]:
     )
 
 
-@pytest.mark.parametrize(("url", "message"), list(postgres_mistakes()))
+@pytest.mark.parametrize(
+    ("url", "message"),
+    list(postgres_mistakes()),
+    ids=["server down", "no such database", "no such user"],  # the same in every test worker
+)
 @pytest.mark.parametrize("command", ["check", "serve"])
 def test_a_postgresql_mistake_is_one_line_for_check_and_serve(
     postgres_url: str, tmp_path: Path, url: str, message: str, command: str

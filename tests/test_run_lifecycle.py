@@ -51,7 +51,7 @@ def slow_server(tmp_path: Path) -> Iterator[LiveServer]:
     settings = make_settings(tmp_path, keepalive_seconds=0.2)
     agents = [
         AgentSpec(id="waiter", model="scripted-wait", tools=["wait"]),
-        AgentSpec(id="hasty", model="scripted-wait", tools=["wait"], timeout_seconds=0.5),
+        AgentSpec(id="hasty", model="scripted-wait", tools=["wait"], timeout_seconds=2),
         AgentSpec(id="talker", model="talker"),
     ]
     with serve(
@@ -145,14 +145,14 @@ def test_timeout_is_its_own_outcome(slow_server: LiveServer) -> None:
 
     assert frames[-1] == {
         "event": "error",
-        "message": "Execution timed out after 0.5s",
+        "message": "Execution timed out after 2s",
         "status": "timeout",
     }
     assert frames[-2]["event"] == "tool_result"
     assert frames[-2]["status"] == "cancelled"
     run = wait_for_status(slow_server, frames[0]["run_id"])
     assert run["status"] == "timeout"
-    assert run["error"] == "Execution timed out after 0.5s"
+    assert run["error"] == "Execution timed out after 2s"
 
 
 def test_keepalive_comment_fills_silence(slow_server: LiveServer) -> None:
@@ -163,7 +163,7 @@ def test_keepalive_comment_fills_silence(slow_server: LiveServer) -> None:
     ):
         for chunk in response.iter_bytes():
             raw += chunk
-    # The tool waits until the 0.5 s timeout, with keepalive at 0.2 s.
+    # The tool waits until the 2 s timeout, with keepalive at 0.2 s.
     assert b"\n: keepalive\n\n" in raw
     assert b'"event":"error"' in raw.split(b": keepalive")[-1], "keepalive precedes the end"
 
