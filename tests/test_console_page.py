@@ -27,6 +27,8 @@ playwright = pytest.importorskip("playwright.sync_api")
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
+EMBEDDING = 60_000
+"""ms: with the embeddings extra, the first upload and search load the model."""
 GUARDED = AgentSpec(id="guarded", tools=["calculator"], approval_required=["calculator"])
 
 
@@ -160,9 +162,11 @@ def test_a_knowledge_base_is_made_filled_and_searched(
     page.set_input_files('input[type="file"]', str(notes))
     page.click("form.inline button:has-text('Upload')")
     documents = page.locator("table").first.locator("tbody tr")
-    expect(documents).to_have_count(1)
+    expect(documents).to_have_count(1, timeout=EMBEDDING)
     expect(documents.first).to_contain_text("tomatoes.txt")
 
     page.fill('input[placeholder="Try a search"]', "how much sun do tomatoes need")
     page.click("form.inline button:has-text('Search')")
-    expect(page.locator("table").last.locator("tbody tr").first).to_contain_text("six hours of sun")
+    expect(page.locator("table").last.locator("tbody tr").first).to_contain_text(
+        "six hours of sun", timeout=EMBEDDING
+    )
