@@ -193,7 +193,12 @@ def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection
         add(connection, (row for row in at if row is not None))
 
 
-_OPERATIONS = frozenset({"select", "insert", "update", "delete"})
+_TIMERS = {
+    operation: STORE_SECONDS.labels(operation)
+    for operation in ("select", "insert", "update", "delete", "other")
+}
+"""Each operation's histogram, looked up once: ``labels()`` takes a lock and builds a key on
+every call, and this is every statement's path."""
 
 
 def _started(connection: Connection, *_: Any) -> None:
@@ -203,8 +208,8 @@ def _started(connection: Connection, *_: Any) -> None:
 def _returned(connection: Connection, _cursor: Any, statement: str, *_: Any) -> None:
     """A statement returned: how long it took (``agentstream_store_seconds``)."""
     seconds = time.perf_counter() - connection.info["agentstream_started"].pop()
-    operation = statement.lstrip()[:6].lower()
-    STORE_SECONDS.labels(operation if operation in _OPERATIONS else "other").observe(seconds)
+    timer = _TIMERS.get(statement.lstrip()[:6].lower(), _TIMERS["other"])
+    timer.observe(seconds)
 
 
 def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
