@@ -356,6 +356,20 @@ def test_reconnecting_event_source_resumes_from_its_header(server: LiveServer) -
     assert done.status_code == 204, "nothing more: an EventSource stops reconnecting"
 
 
+def test_a_late_viewer_gets_every_token_a_long_run_streamed(server: LiveServer) -> None:
+    """The live log packs a run's older tokens to keep them small: followed from its start
+    after it ended, a run of hundreds of tokens gives the very frames its client got live."""
+    body = {"message": "Write 500 words", "reasoning": True}
+    original = [e.json() for e in run_events(server, "demo", body)]
+    assert sum(f["event"] == "content_delta" for f in original) == 500
+    with server.client() as client:
+        url = f"/api/agents/runs/{original[0]['run_id']}/stream?after=0"
+        with client.stream("GET", url) as response:
+            followed = read_events(response)
+    assert [e.json() for e in followed] == original
+    assert [int(e.id) for e in followed] == [f["seq"] for f in original]
+
+
 def blocking_wait(seconds: float = 30.0) -> str:
     """A sync tool that blocks its thread."""
     time.sleep(seconds)

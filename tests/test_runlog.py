@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import tracemalloc
+
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from agentstream.events import Event, StepStarted
+from agentstream.events import STEP_SEPARATOR, Event, ReasoningDelta, StepStarted, TextDelta
 from agentstream.runlog import RunLog
 
 pytestmark = pytest.mark.anyio
@@ -92,3 +97,77 @@ async def test_a_reopened_run_outlives_the_old_streams_retention() -> None:
     assert "r" in log
     log.append(step(6))
     assert [e.seq for e in await log.subscribe("r", after=5).next_batch()] == [6]
+
+
+def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
+    """A token of the kind: ``text``, ``first`` (a text token with a separator) or
+    ``reasoning``."""
+    if kind == "reasoning":
+        return ReasoningDelta(
+            run_id="r", seq=seq, ts=seq / 7, block_id=block, step=step_, delta=f"é{seq}"
+        )
+    separator = STEP_SEPARATOR if kind == "first" else ""
+    return TextDelta(
+        run_id="r",
+        seq=seq,
+        ts=seq / 7,
+        block_id=block,
+        step=step_,
+        delta=f" w{seq}",
+        separator=separator,
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["text", "text", "text", "first", "reasoning", "step"]),
+            st.integers(1, 2),
+            st.sampled_from([None, "b"]),
+        ),
+        min_size=64,
+        max_size=300,
+    ),
+    st.integers(0, 320),
+    st.integers(0, 5),
+)
+def test_a_viewer_from_any_seq_gets_the_very_events_appended(
+    script: list[tuple[str, int, str | None]], after: int, base: int
+) -> None:
+    """Older tokens are packed to save memory; what comes back out is equal to what went in,
+    whatever mix of kinds, steps and blocks, and from wherever a viewer joins."""
+    appended = [
+        step(seq) if kind == "step" else token(seq, kind, step_, block)
+        for seq, (kind, step_, block) in enumerate(script, start=base + 1)
+    ]
+
+    async def replayed() -> tuple[list[Event], list[Event]]:
+        log = RunLog()
+        log.open("r", after=base)
+        for event in appended:
+            log.append(event)
+        log.close("r")
+        subscription = log.subscribe("r", after=after)
+        return await subscription.next_batch(), await subscription.next_batch()
+
+    assert asyncio.run(replayed()) == ([e for e in appended if e.seq > after], [])
+
+
+async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events() -> None:
+    log = RunLog()
+    log.open("r")
+    tokens = [token(seq, "text", 1, None) for seq in range(1, 10_001)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for event in tokens:
+            log.append(event)
+        del event
+        tokens.clear()  # the log's references are the only ones left
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 10_000 * 40, f"{kept / 10_000:.0f} bytes a token"
+    assert [e.seq for e in await log.subscribe("r", after=9_990).next_batch()] == list(
+        range(9_991, 10_001)
+    )
