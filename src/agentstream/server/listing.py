@@ -16,7 +16,7 @@ from agentstream.store.paging import Page
 __all__ = ["next_cursor", "page_of"]
 
 
-def page_of(
+async def page_of(
     since: datetime | None = None,
     until: datetime | None = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,

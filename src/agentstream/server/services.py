@@ -32,6 +32,8 @@ class Services:
     executions: ExecutionManager
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """A dependency, async as every dependency here: FastAPI runs a plain function in its
+    thread pool, a trip there and back on every request."""
     svc: Services = request.app.state.services
     return svc

@@ -101,7 +101,7 @@ def stream_started(
     )
 
 
-def _resume_after(
+async def _resume_after(
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[int | None, Header(ge=0)] = None,
 ) -> int:
