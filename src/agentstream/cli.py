@@ -619,52 +619,38 @@ Call = Annotated[
 ]
 
 
-@app.command()
-def approve(
-    run_id: Annotated[str, typer.Argument(help="The paused run.")],
-    reason: Reason = None,
-    call: Call = None,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: Json = False,
-) -> None:
-    """Let the tool calls a paused run waits for go ahead, then follow the run."""
-    _decide_and_follow(run_id, url, key, as_json, approve=True, reason=reason, only=call)
+def _decision_command(*, approve: bool) -> Callable[..., None]:
+    """`approve` and `deny`: the same flags and steps, but for the decision they send."""
+
+    def decide_and_follow(
+        run_id: Annotated[str, typer.Argument(help="The paused run.")],
+        reason: Reason = None,
+        call: Call = None,
+        url: Url = DEFAULT_URL,
+        key: Key = None,
+        as_json: Json = False,
+    ) -> None:
+        console = Console(highlight=False, stderr=as_json)
+        with _friendly_errors(), Client(url, key) as client:
+            after = _decide(client, run_id, console, approve=approve, reason=reason, only=call)
+            streamed = _follow(client, run_id, after, Console(highlight=False), as_json)
+        if streamed.paused:
+            if not as_json:
+                _paused_hint(console, run_id)
+        elif not streamed.result.ok:
+            raise typer.Exit(1)
+
+    return decide_and_follow
 
 
-@app.command()
-def deny(
-    run_id: Annotated[str, typer.Argument(help="The paused run.")],
-    reason: Reason = None,
-    call: Call = None,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: Json = False,
-) -> None:
-    """Refuse the tool calls a paused run waits for (the model is told, with --reason),
-    then follow the run."""
-    _decide_and_follow(run_id, url, key, as_json, approve=False, reason=reason, only=call)
-
-
-def _decide_and_follow(
-    run_id: str,
-    url: str,
-    key: str | None,
-    as_json: bool,
-    *,
-    approve: bool,
-    reason: str | None,
-    only: str | None,
-) -> None:
-    console = Console(highlight=False, stderr=as_json)
-    with _friendly_errors(), Client(url, key) as client:
-        after = _decide(client, run_id, console, approve=approve, reason=reason, only=only)
-        streamed = _follow(client, run_id, after, Console(highlight=False), as_json)
-    if streamed.paused:
-        if not as_json:
-            _paused_hint(console, run_id)
-    elif not streamed.result.ok:
-        raise typer.Exit(1)
+app.command(
+    "approve", help="Let the tool calls a paused run waits for go ahead, then follow the run."
+)(_decision_command(approve=True))
+app.command(
+    "deny",
+    help="Refuse the tool calls a paused run waits for (the model is told, with --reason),\n"
+    "then follow the run.",
+)(_decision_command(approve=False))
 
 
 @keys_app.command("create")
