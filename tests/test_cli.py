@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 from agentstream import cli
@@ -37,6 +38,16 @@ def against(server: LiveServer, *args: str, key: str | None = None) -> list[str]
 
 def footer_run_id(output: str) -> str:
     return output.rsplit("run ", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize(("one", "other"), [("serve", "check"), ("approve", "deny")])
+def test_twin_commands_take_the_same_flags(one: str, other: str) -> None:
+    """`check` checks what `serve` would start with, and `deny` is `approve`'s opposite:
+    each pair has one list of flags (and its own help)."""
+    commands = typer.main.get_group(cli.app).commands
+    flags = {name: [p.opts for p in commands[name].params] for name in (one, other)}
+    assert flags[one] == flags[other]
+    assert commands[one].help != commands[other].help
 
 
 def test_run_renders_tools_and_answer(server: LiveServer) -> None:

@@ -392,18 +392,40 @@ Debug = Annotated[
 ]
 
 
+def _server_command(command: Callable[[Settings, bool], None]) -> Callable[..., None]:
+    """`serve` and `check` take the same flags: ``command`` gets the settings they make
+    and ``--debug``, under its own name and help."""
+
+    def with_flags(
+        host: Host = None,
+        port: Port = None,
+        demo: Demo = None,
+        data_dir: DataDir = None,
+        database_url: DatabaseUrl = None,
+        agents: AgentsFile = None,
+        trusted_proxies: TrustedProxies = None,
+        workers: Workers = None,
+        debug: Debug = False,
+    ) -> None:
+        settings = _settings(
+            host=host,
+            port=port,
+            demo=demo,
+            data_dir=data_dir,
+            database_url=database_url,
+            agents_file=agents,
+            trusted_proxies=trusted_proxies,
+            workers=workers,
+        )
+        command(settings, debug)
+
+    with_flags.__name__, with_flags.__doc__ = command.__name__, command.__doc__
+    return with_flags
+
+
 @app.command()
-def serve(
-    host: Host = None,
-    port: Port = None,
-    demo: Demo = None,
-    data_dir: DataDir = None,
-    database_url: DatabaseUrl = None,
-    agents: AgentsFile = None,
-    trusted_proxies: TrustedProxies = None,
-    workers: Workers = None,
-    debug: Debug = False,
-) -> None:
+@_server_command
+def serve(settings: Settings, debug: bool) -> None:
     """Run the server. Flags override AGENTSTREAM_* environment variables. The checks of
     `agentstream check` run first: a problem that stops the server is printed, not raised.
     SIGTERM (or Ctrl-C) drains: no new runs, and the live ones get
@@ -412,16 +434,6 @@ def serve(
     from agentstream.server.checks import Report, check_database, check_declared, check_redis
     from agentstream.server.serving import claim, log_to_console, run, run_workers
 
-    settings = _settings(
-        host=host,
-        port=port,
-        demo=demo,
-        data_dir=data_dir,
-        database_url=database_url,
-        agents_file=agents,
-        trusted_proxies=trusted_proxies,
-        workers=workers,
-    )
     report = Report()
     _serve_check(check_declared(settings, report), report, debug=debug)
     log_to_console(settings.log_format)  # the app logs the demo key at start-up
@@ -473,32 +485,13 @@ def _banner(settings: Settings, url: str, database: DatabaseState) -> None:
 
 
 @app.command("check")
-def check_command(
-    host: Host = None,
-    port: Port = None,
-    demo: Demo = None,
-    data_dir: DataDir = None,
-    database_url: DatabaseUrl = None,
-    agents: AgentsFile = None,
-    trusted_proxies: TrustedProxies = None,
-    workers: Workers = None,
-    debug: Debug = False,
-) -> None:
+@_server_command
+def check_command(settings: Settings, debug: bool) -> None:
     """Check the configuration `serve` would start with, changing nothing: settings, the
     agents and models files, the database and its migrations, the models the agents name
     (their keys, or their local server), the port. Exit 1 if anything is wrong."""
     from agentstream.server.checks import check
 
-    settings = _settings(
-        host=host,
-        port=port,
-        demo=demo,
-        data_dir=data_dir,
-        database_url=database_url,
-        agents_file=agents,
-        trusted_proxies=trusted_proxies,
-        workers=workers,
-    )
     report = asyncio.run(check(settings))
     _show_problems(report.problems, debug=debug, serving=False)
     console = Console(highlight=False)
@@ -626,52 +619,38 @@ Call = Annotated[
 ]
 
 
-@app.command()
-def approve(
-    run_id: Annotated[str, typer.Argument(help="The paused run.")],
-    reason: Reason = None,
-    call: Call = None,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: Json = False,
-) -> None:
-    """Let the tool calls a paused run waits for go ahead, then follow the run."""
-    _decide_and_follow(run_id, url, key, as_json, approve=True, reason=reason, only=call)
+def _decision_command(*, approve: bool) -> Callable[..., None]:
+    """`approve` and `deny`: the same flags and steps, but for the decision they send."""
+
+    def decide_and_follow(
+        run_id: Annotated[str, typer.Argument(help="The paused run.")],
+        reason: Reason = None,
+        call: Call = None,
+        url: Url = DEFAULT_URL,
+        key: Key = None,
+        as_json: Json = False,
+    ) -> None:
+        console = Console(highlight=False, stderr=as_json)
+        with _friendly_errors(), Client(url, key) as client:
+            after = _decide(client, run_id, console, approve=approve, reason=reason, only=call)
+            streamed = _follow(client, run_id, after, Console(highlight=False), as_json)
+        if streamed.paused:
+            if not as_json:
+                _paused_hint(console, run_id)
+        elif not streamed.result.ok:
+            raise typer.Exit(1)
+
+    return decide_and_follow
 
 
-@app.command()
-def deny(
-    run_id: Annotated[str, typer.Argument(help="The paused run.")],
-    reason: Reason = None,
-    call: Call = None,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: Json = False,
-) -> None:
-    """Refuse the tool calls a paused run waits for (the model is told, with --reason),
-    then follow the run."""
-    _decide_and_follow(run_id, url, key, as_json, approve=False, reason=reason, only=call)
-
-
-def _decide_and_follow(
-    run_id: str,
-    url: str,
-    key: str | None,
-    as_json: bool,
-    *,
-    approve: bool,
-    reason: str | None,
-    only: str | None,
-) -> None:
-    console = Console(highlight=False, stderr=as_json)
-    with _friendly_errors(), Client(url, key) as client:
-        after = _decide(client, run_id, console, approve=approve, reason=reason, only=only)
-        streamed = _follow(client, run_id, after, Console(highlight=False), as_json)
-    if streamed.paused:
-        if not as_json:
-            _paused_hint(console, run_id)
-    elif not streamed.result.ok:
-        raise typer.Exit(1)
+app.command(
+    "approve", help="Let the tool calls a paused run waits for go ahead, then follow the run."
+)(_decision_command(approve=True))
+app.command(
+    "deny",
+    help="Refuse the tool calls a paused run waits for (the model is told, with --reason),\n"
+    "then follow the run.",
+)(_decision_command(approve=False))
 
 
 @keys_app.command("create")
