@@ -45,6 +45,7 @@ from agentstream.providers.base import (
     ModelRequest,
     ProviderStatePart,
     ReasoningPart,
+    SDKModel,
     StopReason,
     TextPart,
     ToolCallArgsPart,
@@ -53,6 +54,7 @@ from agentstream.providers.base import (
     ToolSpec,
     TurnEndPart,
     UsagePart,
+    system_prompt,
 )
 
 __all__ = ["AnthropicModel"]
@@ -95,34 +97,19 @@ _SUMMARIES: dict[ProviderErrorKind, tuple[str, str]] = {
 """For an error the API reported: what happened, and what to do about it."""
 
 
-class AnthropicModel:
-    """A Claude model through the SDK's ``client`` (created by the caller: key, base URL,
-    timeout and retries are its business). ``api_model`` is Anthropic's model id."""
+class AnthropicModel(SDKModel[anthropic.AsyncAnthropic]):
+    """A Claude model through the SDK's ``client``. ``api_model`` is Anthropic's model id."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        client: anthropic.AsyncAnthropic,
-        api_model: str,
-        provider: str = "anthropic",
-    ) -> None:
-        self.name = name
-        self.client = client
-        self.api_model = api_model
-        self.provider = provider
+    provider = "anthropic"
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
         max_tokens, thinking = self._limits(request)
-        system = "\n\n".join(
-            m.content for m in request.messages if m.role == "system" and m.content
-        )
         try:
             events = await self.client.messages.create(
                 model=self.api_model,
                 max_tokens=max_tokens,
                 messages=_messages(request.messages),
-                system=system or anthropic.omit,
+                system=system_prompt(request.messages) or anthropic.omit,
                 tools=[_tool(spec) for spec in request.tools] or anthropic.omit,
                 thinking=thinking,
                 stream=True,
@@ -226,24 +213,6 @@ class AnthropicModel:
             kind,
             f"Anthropic API {summary} ({where}): {detail}; {hint}",
             status_code=status,
-            body=body,
-            headers=headers,
-        )
-
-    def _error(
-        self,
-        kind: ProviderErrorKind,
-        message: str,
-        *,
-        status_code: int | None = None,
-        body: object = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ProviderError:
-        return ProviderError(
-            message,
-            provider=self.provider,
-            kind=kind,
-            status_code=status_code,
             body=body,
             headers=headers,
         )

@@ -5,10 +5,11 @@ Each provider adapts its API's stream to these parts; the agent loop sees nothin
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from agentstream.errors import ProviderError, ProviderErrorKind
 from agentstream.events import Usage
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "ReasoningPart",
     "ReasoningSummaryPart",
     "RequestedToolCall",
+    "SDKModel",
     "TextPart",
     "ToolCallArgsPart",
     "ToolCallEndPart",
@@ -27,10 +29,12 @@ __all__ = [
     "ToolSpec",
     "TurnEndPart",
     "UsagePart",
+    "system_prompt",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["end_turn", "tool_calls", "max_tokens"]
+ClientT = TypeVar("ClientT")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,3 +158,45 @@ class Model(Protocol):
     name: str
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]: ...
+
+
+class SDKModel(Generic[ClientT]):
+    """What the adapters of the providers' SDKs share: the SDK's ``client`` (created by the
+    caller: key, base URL, timeout and retries are its business), ``api_model`` (the
+    provider's id for the model), and the provider's name, which their errors carry."""
+
+    provider: str
+    """Names the provider in errors ("Groq rate limit (429): ...") and keys its state; each
+    adapter class sets its own as the default."""
+
+    def __init__(
+        self, name: str, *, client: ClientT, api_model: str, provider: str | None = None
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.api_model = api_model
+        if provider is not None:
+            self.provider = provider
+
+    def _error(
+        self,
+        kind: ProviderErrorKind,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: object = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> ProviderError:
+        return ProviderError(
+            message,
+            provider=self.provider,
+            kind=kind,
+            status_code=status_code,
+            body=body,
+            headers=headers,
+        )
+
+
+def system_prompt(messages: Sequence[Message]) -> str:
+    """The system messages as one prompt, for the APIs that take it apart from the turns."""
+    return "\n\n".join(m.content for m in messages if m.role == "system" and m.content)

@@ -27,6 +27,7 @@ from agentstream.providers.base import (
     ModelRequest,
     ProviderStatePart,
     ReasoningPart,
+    SDKModel,
     StopReason,
     TextPart,
     ToolCallArgsPart,
@@ -35,6 +36,7 @@ from agentstream.providers.base import (
     ToolSpec,
     TurnEndPart,
     UsagePart,
+    system_prompt,
 )
 
 __all__ = ["STATE_KEY", "GeminiModel"]
@@ -67,7 +69,7 @@ _FINISH_HINTS = {
 }
 
 
-class GeminiModel:
+class GeminiModel(SDKModel[genai.Client]):
     """A Gemini model streamed with ``client.aio.models.generate_content_stream``.
 
     ``request.settings``: ``max_tokens``, ``temperature``, ``thinking_budget`` (tokens; sent
@@ -76,13 +78,7 @@ class GeminiModel:
     even if text was streamed, so a cut-off answer is never taken for a complete one.
     """
 
-    def __init__(
-        self, name: str, *, client: genai.Client, api_model: str, provider: str = "gemini"
-    ) -> None:
-        self.name = name
-        self.client = client
-        self.api_model = api_model
-        self.provider = provider
+    provider = "gemini"
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
         contents = self._contents(request.messages)
@@ -99,22 +95,19 @@ class GeminiModel:
                     for part in turn.feed(chunk):
                         yield part
         except errors.APIError as exc:
-            raise _api_error(exc, self.provider) from exc
+            raise self._api_error(exc) from exc
         except _TIMEOUTS as exc:
-            raise ProviderError(
-                f"{self.provider} timed out ({type(exc).__name__}); try again later",
-                provider=self.provider,
-                kind="timeout",
+            raise self._error(
+                "timeout", f"{self.provider} timed out ({type(exc).__name__}); try again later"
             ) from exc
         except _TRANSPORT as exc:
             if turn.started:
                 raise turn.bad_response(
                     f"The connection to {self.provider} broke mid-stream ({exc}); try again"
                 ) from exc
-            raise ProviderError(
+            raise self._error(
+                "connection",
                 f"Could not reach {self.provider}: {exc}; check the network and the base URL",
-                provider=self.provider,
-                kind="connection",
             ) from exc
         except (errors.UnknownApiResponseError, pydantic.ValidationError) as exc:
             raise turn.bad_response(
@@ -125,13 +118,10 @@ class GeminiModel:
 
     def _config(self, request: ModelRequest) -> types.GenerateContentConfig:
         settings = request.settings
-        system = "\n\n".join(
-            m.content for m in request.messages if m.role == "system" and m.content
-        )
         budget = settings.get("thinking_budget")
         try:
             return types.GenerateContentConfig(
-                system_instruction=system or None,
+                system_instruction=system_prompt(request.messages) or None,
                 tools=[types.Tool(function_declarations=[_declaration(t) for t in request.tools])]
                 if request.tools
                 else None,
@@ -146,10 +136,9 @@ class GeminiModel:
                 automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             )
         except pydantic.ValidationError as exc:
-            raise ProviderError(
+            raise self._error(
+                "bad_request",
                 f"Invalid {self.provider} model settings: {exc}; fix the agent's model_settings",
-                provider=self.provider,
-                kind="bad_request",
             ) from exc
 
     def _contents(self, messages: Sequence[Message]) -> list[types.Content]:
@@ -179,10 +168,8 @@ class GeminiModel:
         value as ``{"result": value}``."""
         call_id = message.tool_call_id or ""
         if call_id not in names:
-            raise ProviderError(
-                f"The tool result for call {call_id!r} answers no earlier call",
-                provider=self.provider,
-                kind="bad_request",
+            raise self._error(
+                "bad_request", f"The tool result for call {call_id!r} answers no earlier call"
             )
         try:
             value: Any = json.loads(message.content)
@@ -193,6 +180,26 @@ class GeminiModel:
             function_response=types.FunctionResponse(
                 id=_wire_id(call_id), name=names[call_id], response=response
             )
+        )
+
+    def _api_error(self, exc: errors.APIError) -> ProviderError:
+        """The SDK's error (an HTTP status, or an error event mid-stream) as a ProviderError."""
+        code, status = exc.code, exc.status or ""
+        kind = _error_kind(code, status, exc.message or "")
+        what, advice = _ERROR_ADVICE[kind]
+        if kind == "rate_limit" and (delay := _retry_delay(exc.details)):
+            advice = f"retry in {delay} or lower the request rate"
+        response = exc.response
+        headers: Mapping[str, str] = (
+            response.headers if isinstance(response, httpx.Response | httpx2.Response) else {}
+        )
+        message = (exc.message or str(exc)).rstrip(".")
+        return self._error(
+            kind,
+            f"{self.provider} {what} ({code} {status}): {message}; {advice}",
+            status_code=code,
+            body=exc.details,
+            headers=headers,
         )
 
 
@@ -319,28 +326,6 @@ def _wire_id(call_id: str) -> str | None:
 
 def _unsigned_text(part: types.Part) -> bool:
     return part.text is not None and not part.thought_signature
-
-
-def _api_error(exc: errors.APIError, provider: str) -> ProviderError:
-    """The SDK's error (an HTTP status, or an error event mid-stream) as a ProviderError."""
-    code, status = exc.code, exc.status or ""
-    kind = _error_kind(code, status, exc.message or "")
-    what, advice = _ERROR_ADVICE[kind]
-    if kind == "rate_limit" and (delay := _retry_delay(exc.details)):
-        advice = f"retry in {delay} or lower the request rate"
-    response = exc.response
-    headers: Mapping[str, str] = (
-        response.headers if isinstance(response, httpx.Response | httpx2.Response) else {}
-    )
-    message = (exc.message or str(exc)).rstrip(".")
-    return ProviderError(
-        f"{provider} {what} ({code} {status}): {message}; {advice}",
-        provider=provider,
-        kind=kind,
-        status_code=code,
-        body=exc.details,
-        headers=headers,
-    )
 
 
 def _error_kind(code: int, status: str, message: str) -> ProviderErrorKind:

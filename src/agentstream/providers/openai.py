@@ -53,6 +53,7 @@ from agentstream.providers.base import (
     ReasoningPart,
     ReasoningSummaryPart,
     RequestedToolCall,
+    SDKModel,
     StopReason,
     TextPart,
     ToolCallArgsPart,
@@ -106,19 +107,12 @@ _MALFORMED = (ValueError, TypeError, AttributeError, LookupError)
 """What reading a malformed event raises: the SDK builds events without validating them."""
 
 
-class _OpenAIModel:
-    """What both adapters share: the client, the names, and SDK errors as ProviderError."""
+class _OpenAIModel(SDKModel[AsyncOpenAI]):
+    """What both adapters share: SDK errors as ProviderError."""
 
-    def __init__(
-        self, name: str, *, client: AsyncOpenAI, api_model: str, provider: str = "OpenAI"
-    ) -> None:
-        self.name = name
-        self.client = client
-        self.api_model = api_model
-        self.provider = provider
-        """Names the server in errors ("Groq rate limit (429): ...") and keys its state."""
+    provider = "OpenAI"
 
-    def _error(
+    def _explained(
         self,
         kind: ProviderErrorKind,
         detail: str,
@@ -128,11 +122,11 @@ class _OpenAIModel:
         headers: dict[str, str] | None = None,
         advice: str | None = None,
     ) -> ProviderError:
+        """The error with what it is and what to do about it: "Groq rate limit (429): ..."."""
         where = f" ({status})" if status else ""
-        return ProviderError(
+        return self._error(
+            kind,
             f"{self.provider} {_TITLES[kind]}{where}: {detail}; {advice or _ADVICE[kind]}",
-            provider=self.provider,
-            kind=kind,
             status_code=status,
             body=body,
             headers=headers,
@@ -149,7 +143,7 @@ class _OpenAIModel:
         headers = dict(exc.response.headers)
         retry_after = headers.get("retry-after")
         advice = f"retry after {retry_after}s" if kind == "rate_limit" and retry_after else None
-        return self._error(
+        return self._explained(
             kind, detail, status=exc.status_code, body=body, headers=headers, advice=advice
         )
 
@@ -159,7 +153,7 @@ class _OpenAIModel:
             kind = _status_kind(int(code))
         else:
             kind = _CODE_KINDS.get(code or "", "bad_response")
-        return self._error(kind, f"{message} (code {code})" if code else message, body=body)
+        return self._explained(kind, f"{message} (code {code})" if code else message, body=body)
 
     @contextmanager
     def _translated(self, *, streaming: bool) -> Iterator[None]:
@@ -170,13 +164,13 @@ class _OpenAIModel:
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from exc
         except openai.APITimeoutError as exc:
-            raise self._error("timeout", f"no answer from {exc.request.url} in time") from exc
+            raise self._explained("timeout", f"no answer from {exc.request.url} in time") from exc
         except openai.APIConnectionError as exc:
             reason = exc.__cause__ or exc.message
             if streaming:
                 detail = f"the connection broke before the stream ended ({reason})"
-                raise self._error("bad_response", detail) from exc
-            raise self._error(
+                raise self._explained("bad_response", detail) from exc
+            raise self._explained(
                 "connection", f"could not reach {exc.request.url} ({reason})"
             ) from exc
         except openai.APIError as exc:
@@ -185,7 +179,7 @@ class _OpenAIModel:
             if not streaming:
                 raise
             detail = f"malformed event ({type(exc).__name__}: {exc})"
-            raise self._error("bad_response", detail) from exc
+            raise self._explained("bad_response", detail) from exc
 
     def _checked_arguments(self, call: _Call) -> None:
         """Raise unless the call's arguments are JSON: a stream that ends without them whole
@@ -194,10 +188,10 @@ class _OpenAIModel:
             json.loads("".join(call.arguments) or "{}")
         except ValueError as exc:
             detail = f"the arguments of tool call {call.name!r} are not JSON ({exc})"
-            raise self._error("bad_response", detail) from exc
+            raise self._explained("bad_response", detail) from exc
 
     def _not_finished(self, final_event: str) -> ProviderError:
-        return self._error("bad_response", f"the stream ended before {final_event}")
+        return self._explained("bad_response", f"the stream ended before {final_event}")
 
 
 class OpenAIChatModel(_OpenAIModel):
@@ -249,7 +243,7 @@ class OpenAIChatModel(_OpenAIModel):
                 function = piece.function
                 if piece.index not in calls:
                     if function is None or not function.name:
-                        raise self._error("bad_response", "a tool call started without a name")
+                        raise self._explained("bad_response", "a tool call started without a name")
                     # Some compatible servers send no id: make one that no other turn reuses.
                     call = calls[piece.index] = _Call(
                         piece.id or f"call_{uuid.uuid4().hex[:16]}", function.name
@@ -262,7 +256,7 @@ class OpenAIChatModel(_OpenAIModel):
         if finish is None:
             raise self._not_finished("a finish_reason")
         if finish not in _CHAT_STOPS:
-            raise self._error("bad_response", f"the model stopped for {finish!r}")
+            raise self._explained("bad_response", f"the model stopped for {finish!r}")
         for call in calls.values():
             self._checked_arguments(call)
             yield ToolCallEndPart(call.id)
@@ -395,7 +389,7 @@ class OpenAIResponsesModel(_OpenAIModel):
         reason = details.reason if details else None
         if reason == "max_output_tokens":
             return "max_tokens"
-        raise self._error("bad_response", f"the response ended incomplete ({reason})")
+        raise self._explained("bad_response", f"the response ended incomplete ({reason})")
 
 
 @dataclass(slots=True)

@@ -131,31 +131,22 @@ async def list_runs(
             page=page,
         )
     )
-    return RunPage(
-        runs=[
-            RunSummary(
-                id=run.id,
-                agent_id=run.agent_id,
-                session_id=run.session_id,
-                parent_run_id=run.parent_run_id,
-                status=run.status,
-                input=run.input,
-                error=run.error,
-                usage=UsageJSON(**usage_json(run.usage)),
-                created_at=run.created_at,
-                finished_at=run.finished_at,
-            )
-            for run in runs
-        ],
+    return RunPage(  # a RunRecord has these fields by name, and its Usage those of UsageJSON
+        runs=[RunSummary.model_validate(run, from_attributes=True) for run in runs],
         next_cursor=next_cursor(runs, page),
     )
 
 
-@router.get("/{run_id}")
-async def get_run(run_id: str, svc: Svc) -> RunOut:
+async def _run_or_404(svc: Services, run_id: str) -> RunRecord:
     run = await svc.store.get_run(run_id)
     if run is None:
         raise NotFound(f"No run {run_id!r}", field="run_id")
+    return run
+
+
+@router.get("/{run_id}")
+async def get_run(run_id: str, svc: Svc) -> RunOut:
+    run = await _run_or_404(svc, run_id)
     events = await svc.store.run_events(run_id)
     calls: dict[str, ToolCallOut] = {}
     called_at: dict[str, float] = {}
@@ -291,9 +282,7 @@ async def deny(run_id: str, body: DecisionIn, svc: Svc, caller: Caller) -> Decis
 async def _decide(
     svc: Services, run_id: str, body: DecisionIn, *, approved: bool, caller: str
 ) -> DecisionOut:
-    run = await svc.store.get_run(run_id)
-    if run is None:
-        raise NotFound(f"No run {run_id!r}", field="run_id")
+    run = await _run_or_404(svc, run_id)
     if run.status != "awaiting_approval":
         raise Conflict(
             f"Run {run_id!r} is not waiting for approval (status: {run.status})", field="run_id"
@@ -369,10 +358,7 @@ async def cancel_run(run_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live run, or one waiting for approval, and answer once it has ended: tools
     in flight settle as cancelled, the run's status is ``cancelled``, its session is free for
     the next message."""
-    run = await svc.store.get_run(run_id)
-    if run is None:
-        raise NotFound(f"No run {run_id!r}", field="run_id")
-    cancelled = await cancel(svc, run, "Run cancelled")
+    cancelled = await cancel(svc, await _run_or_404(svc, run_id), "Run cancelled")
     run = await svc.store.get_run(run_id)
     assert run is not None
     if not cancelled:
@@ -400,8 +386,7 @@ async def resume_stream(run_id: str, svc: Svc, after: ResumeAfter) -> Any:
     """
 
     async def persisted() -> list[Event]:
-        if await svc.store.get_run(run_id) is None:
-            raise NotFound(f"No run {run_id!r}", field="run_id")
+        await _run_or_404(svc, run_id)
         return await svc.store.run_events(run_id)
 
     return await follow(

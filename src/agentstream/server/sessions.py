@@ -15,7 +15,7 @@ from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.openapi import refusals
 from agentstream.server.services import Services, services
 from agentstream.store.paging import Page
-from agentstream.views.native import UsageJSON, usage_json
+from agentstream.views.native import UsageJSON
 
 __all__ = ["router"]
 
@@ -94,19 +94,7 @@ async def get_session(session_id: str, svc: Svc) -> SessionOut:
         id=session_id,
         agent_id=agent_id,
         created_at=created_at,
-        runs=[
-            SessionRun(
-                id=r.id,
-                status=r.status,
-                input=r.input,
-                content=r.content,
-                error=r.error,
-                usage=UsageJSON(**usage_json(r.usage)),
-                created_at=r.created_at,
-                finished_at=r.finished_at,
-            )
-            for r in runs
-        ],
+        runs=[SessionRun.model_validate(run, from_attributes=True) for run in runs],
         messages=[
             MemoryMessage(
                 role=m.role,
