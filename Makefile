@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EMBEDDINGS_STAMP := $(VENV)/.installed-embeddings
 
-.PHONY: install install-embeddings run test lint format typecheck check bench docs
+.PHONY: install install-embeddings run test test-postgresql lint format typecheck check bench docs
 
 install: $(STAMP)
 
@@ -34,6 +34,9 @@ run: install  ## the server on :3000 with the offline model and the demo agent
 
 test: install
 	$(BIN)/pytest
+
+test-postgresql: install  ## every server of the suite on a PostgreSQL database of its own
+	AGENTSTREAM_TEST_STORE=postgresql $(BIN)/pytest
 
 lint: install
 	$(BIN)/ruff check src tests bench

@@ -7,22 +7,23 @@ import logging
 import os
 import shutil
 import socket
-import sqlite3
 import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import closing, contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import asyncpg
 import httpx
 import pytest
 from filelock import FileLock
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentstream.config import Settings
 from agentstream.knowledge.embedding import embeddings_installed
@@ -97,8 +98,17 @@ def serve_on(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveSer
         yield live
 
 
+TEST_STORE = os.environ.get("AGENTSTREAM_TEST_STORE", "sqlite")
+"""The store of every server the suite starts that does not name one: ``sqlite`` (a file
+under the test's folder) or ``postgresql`` (a new database for each; `make
+test-postgresql`). The tests parametrized over ``STORES`` run on both either way."""
+
+
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
-    """Demo mode (demo agent and key) with an unpaced offline model, all under ``data_dir``."""
+    """Demo mode (demo agent and key) with an unpaced offline model, all under ``data_dir``
+    (its database too, unless ``TEST_STORE`` says PostgreSQL)."""
+    if TEST_STORE == "postgresql" and "database_url" not in overrides:
+        overrides["database_url"] = _postgres_database_of(data_dir)
     return Settings(
         **{
             "data_dir": data_dir,
@@ -197,15 +207,15 @@ def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
 
 
 def latest_run_id(live: LiveServer, agent_id: str | None = None) -> str:
-    """The newest agent run in the server's SQLite file, of ``agent_id`` if given."""
-    where, params = ("and agent_id = ?", (agent_id,)) if agent_id else ("", ())
-    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
-        row = db.execute(
-            f"select id from runs where kind = 'agent' {where} order by created_at desc limit 1",
-            params,
-        ).fetchone()
-    assert row is not None, f"no run of {agent_id or 'any agent'}"
-    return str(row[0])
+    """The newest agent run in the server's database, of ``agent_id`` if given."""
+    where, params = ("and agent_id = :agent", {"agent": agent_id}) if agent_id else ("", {})
+    found = rows(
+        live,
+        f"select id from runs where kind = 'agent' {where} order by created_at desc limit 1",
+        **params,
+    )
+    assert found, f"no run of {agent_id or 'any agent'}"
+    return str(found[0][0])
 
 
 def free_port() -> int:
@@ -275,6 +285,39 @@ def new_postgres_database() -> Iterator[str]:
 
     Skipped when no server answers, except in CI, where a missing database is a failure.
     """
+    name, url = _create_postgres_database()
+    try:
+        yield url
+    finally:
+        _drop_postgres_database(name)
+
+
+_DATABASES_OF_DATA_DIRS: dict[Path, tuple[str, str]] = {}
+"""Made by ``make_settings`` under ``TEST_STORE=postgresql``, dropped when the session ends."""
+
+
+def _postgres_database_of(data_dir: Path) -> str:
+    """The database of a data directory, as its SQLite file would be: a server started
+    again on the same directory finds its data."""
+    if data_dir not in _DATABASES_OF_DATA_DIRS:
+        _DATABASES_OF_DATA_DIRS[data_dir] = _create_postgres_database()
+    return _DATABASES_OF_DATA_DIRS[data_dir][1]
+
+
+def store_environment(settings: Settings) -> dict[str, str]:
+    """What an ``agentstream`` process started by a test needs, beside ``--data-dir``, to
+    use the store of ``settings``."""
+    return {"AGENTSTREAM_DATABASE_URL": settings.database_url} if settings.database_url else {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_databases_dropped() -> Iterator[None]:
+    yield
+    for name, _ in _DATABASES_OF_DATA_DIRS.values():
+        _drop_postgres_database(name)
+
+
+def _create_postgres_database() -> tuple[str, str]:
     name = f"agentstream_test_{uuid.uuid4().hex[:12]}"
     try:
         postgres_admin(f'CREATE DATABASE "{name}"')
@@ -283,10 +326,11 @@ def new_postgres_database() -> Iterator[str]:
             raise
         pytest.skip(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}: {exc}")
     url = make_url(POSTGRES_ADMIN_URL).set(drivername="postgresql+asyncpg", database=name)
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return name, url.render_as_string(hide_password=False)
+
+
+def _drop_postgres_database(name: str) -> None:
+    postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def postgres_admin(statement: str) -> None:
@@ -297,7 +341,32 @@ def postgres_admin(statement: str) -> None:
         finally:
             await connection.close()
 
-    anyio.run(execute)
+    on_its_own_loop(execute)
+
+
+T = TypeVar("T")
+
+
+def on_its_own_loop(work: Callable[[], Awaitable[T]]) -> T:
+    """``work`` run to its end on an event loop of its own, in a thread of its own: the same
+    from a plain test and from an async one (whose loop this thread is already running)."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(anyio.run, work).result()
+
+
+def rows(live: LiveServer, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """What ``sql`` reads from the database of ``live`` (``:name`` parameters), on either
+    store: the server's SQLite file or its PostgreSQL database."""
+
+    async def read() -> list[tuple[Any, ...]]:
+        engine = create_async_engine(live.settings.database)
+        try:
+            async with engine.connect() as db:
+                return [tuple(row) for row in await db.execute(text(sql), params)]
+        finally:
+            await engine.dispose()
+
+    return on_its_own_loop(read)
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from agentstream.providers.base import (
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
-from conftest import STORES, LiveServer, make_settings, serve, serve_on, stream_frames
+from conftest import STORES, LiveServer, make_settings, rows, serve, serve_on, stream_frames
 
 
 @pytest.fixture(params=STORES)
@@ -234,9 +232,8 @@ def test_token_count_does_not_change_database_writes(tmp_path: Path) -> None:
     with serve(make_settings(tmp_path)) as live:
         short = stream_frames(live, "demo", {"message": "Write 5 words", "reasoning": False})
         long = stream_frames(live, "demo", {"message": "Write 2000 words", "reasoning": False})
-    with closing(sqlite3.connect(tmp_path / "agentstream.db")) as db:
-        rows = dict(db.execute("select run_id, count(*) from run_events group by run_id"))
-    assert rows[short[1][0]["run_id"]] == rows[long[1][0]["run_id"]] == 5
+        written = dict(rows(live, "select run_id, count(*) from run_events group by run_id"))
+    assert written[short[1][0]["run_id"]] == written[long[1][0]["run_id"]] == 5
     assert len(long[1]) > 2000
 
 

@@ -20,6 +20,7 @@ from conftest import (
     make_settings,
     read_events,
     serve,
+    store_environment,
     stream_frames,
     wait_for_status,
     wait_until_up,
@@ -165,7 +166,11 @@ def test_a_paused_run_survives_a_server_restart(tmp_path: Path) -> None:
         "--agents",
         str(definitions),
     ]
-    env = {**os.environ, "AGENTSTREAM_OFFLINE_TOKEN_DELAY": "0"}
+    env = {
+        **os.environ,
+        **store_environment(make_settings(tmp_path)),
+        "AGENTSTREAM_OFFLINE_TOKEN_DELAY": "0",
+    }
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import LiveServer, make_settings, postgres_admin, serve
+from conftest import LiveServer, make_settings, postgres_admin, rows, serve
 
 
 def row_counts(server: LiveServer) -> dict[str, int]:
     tables = ("runs", "sessions", "run_events", "messages", "agents")
-    with closing(sqlite3.connect(server.settings.data_dir / "agentstream.db")) as db:
-        return {t: db.execute(f"select count(*) from {t}").fetchone()[0] for t in tables}
+    return {t: rows(server, f"select count(*) from {t}")[0][0] for t in tables}
 
 
 STREAM = "/api/agents/demo/run/stream"

@@ -3,9 +3,8 @@ client and per deployment, and messages per minute; each refusal a 429 with Retr
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -14,7 +13,7 @@ import pytest
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
-from conftest import LiveServer, make_settings, serve, wait_until
+from conftest import LiveServer, make_settings, rows, serve, wait_until
 from fakes.test_app import call_wait_then_answer, wait
 
 
@@ -45,9 +44,7 @@ def visitor(live: LiveServer, address: str = "127.0.0.1") -> httpx.Client:
 
 
 def running(live: LiveServer) -> int:
-    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
-        (count,) = db.execute("select count(*) from runs where status = 'running'").fetchone()
-    return int(count)
+    return int(rows(live, "select count(*) from runs where status = 'running'")[0][0])
 
 
 def assert_too_many(response: httpx.Response, within: int) -> dict[str, Any]:

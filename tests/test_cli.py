@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import typer
+from sqlalchemy import make_url
 from typer.testing import CliRunner, Result
 
 from agentstream import cli
@@ -30,6 +31,21 @@ def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def invoke(*args: str, input: str | None = None) -> Result:
     return CliRunner().invoke(cli.app, list(args), input=input)
+
+
+def store_of(server: LiveServer) -> tuple[str, ...]:
+    """The flags that point a command at the server's data: its data directory, or its
+    PostgreSQL database (``make test-postgresql``)."""
+    if server.settings.database_url:
+        return ("--database-url", server.settings.database_url)
+    return ("--data-dir", str(server.settings.data_dir))
+
+
+def where_data_is(server: LiveServer) -> str:
+    """How a command names the server's data: its SQLite file, or its database's URL."""
+    if server.settings.database_url:
+        return make_url(server.settings.database).render_as_string(hide_password=True)
+    return str(server.settings.data_dir / "agentstream.db")
 
 
 def against(server: LiveServer, *args: str, key: str | None = None) -> list[str]:
@@ -156,8 +172,7 @@ def test_chat_keeps_the_session_and_ctrl_c_cancels(
 
 
 def test_keys_create_prints_a_working_key(server: LiveServer) -> None:
-    data_dir = str(server.settings.data_dir)
-    result = invoke("keys", "create", "ci", "--data-dir", data_dir)
+    result = invoke("keys", "create", "ci", *store_of(server))
     assert result.exit_code == 0, result.output
     key = result.stdout.strip()
     assert key.startswith("as_")
@@ -186,14 +201,14 @@ def test_keys_create_makes_a_new_database_only_when_asked(tmp_path: Path) -> Non
 def test_keys_list_shows_no_key_and_a_revoked_key_stops_working_at_once(
     server: LiveServer,
 ) -> None:
-    data_dir = ("--data-dir", str(server.settings.data_dir))
+    data_dir = store_of(server)
     key = invoke("keys", "create", "ci", *data_dir).stdout.strip()
     with httpx.Client(base_url=server.url) as http:
         assert http.get("/api/agents", headers={"apikey": key}).status_code == 200
 
         listed = invoke("keys", "list", *data_dir)
         assert listed.exit_code == 0, listed.output
-        assert listed.stderr == f"data: {server.settings.data_dir / 'agentstream.db'}\n"
+        assert listed.stderr == f"data: {where_data_is(server)}\n"
         rows = [line.split("│")[1:-1] for line in listed.stdout.splitlines() if "│" in line]
         assert "┃ id ┃ name ┃ created" in listed.stdout
         assert [[cell.strip() for cell in row[:2]] for row in rows] == [
@@ -211,7 +226,7 @@ def test_keys_list_shows_no_key_and_a_revoked_key_stops_working_at_once(
 
 
 def test_keys_revoke_by_id_when_names_are_shared(server: LiveServer) -> None:
-    data_dir = ("--data-dir", str(server.settings.data_dir))
+    data_dir = store_of(server)
     first, second = (invoke("keys", "create", "ci", *data_dir).stdout.strip() for _ in "12")
     ambiguous = invoke("keys", "revoke", "ci", *data_dir)
     assert ambiguous.exit_code == 1

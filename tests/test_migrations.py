@@ -82,7 +82,7 @@ def test_a_sqlite_database_of_revision_0008_migrates_and_replays_the_same_frames
 ) -> None:
     database = tmp_path / "agentstream.db"
     load_dump(database)
-    with serve(make_settings(tmp_path)) as live:
+    with serve(make_settings(tmp_path, database_url=None)) as live:  # that SQLite file
         assert replays(live) == REPLAYS
     with closing(sqlite3.connect(database)) as db:
         tables = {name for (name,) in db.execute("select name from sqlite_master")}
@@ -99,7 +99,7 @@ def test_deleting_a_migrated_session_deletes_its_runs_and_their_events(tmp_path:
     database = tmp_path / "agentstream.db"
     load_dump(database)
     run_id = next(iter(REPLAYS["agent_runs"]))
-    with serve(make_settings(tmp_path)) as live, live.client() as client:
+    with serve(make_settings(tmp_path, database_url=None)) as live, live.client() as client:
         session_id = client.get(f"/api/agents/runs/{run_id}").json()["session_id"]
         assert client.delete(f"/api/sessions/{session_id}").status_code == 204
         assert client.get(f"/api/agents/runs/{run_id}").status_code == 404

@@ -5,9 +5,7 @@ Every streamed Responses event is checked against the client's own types."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any, get_args
 
@@ -19,7 +17,7 @@ from pydantic import BaseModel
 from agentstream.agents import AgentSpec
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
 from agentstream.providers.scripted import ScriptedModel
-from conftest import LiveServer, make_settings, read_events, serve, wait_for_status
+from conftest import LiveServer, make_settings, read_events, rows, serve, wait_for_status
 from test_run_lifecycle import TALKER
 
 EVENT_TYPES: dict[str, type[BaseModel]] = {
@@ -417,9 +415,7 @@ def test_no_origin_is_allowed_by_default(live: LiveServer) -> None:
 
 
 def runs_of(live: LiveServer, agent: str) -> int:
-    with closing(sqlite3.connect(live.settings.data_dir / "agentstream.db")) as db:
-        (count,) = db.execute("select count(*) from runs where agent_id = ?", (agent,)).fetchone()
-    return int(count)
+    return int(rows(live, "select count(*) from runs where agent_id = :agent", agent=agent)[0][0])
 
 
 def test_the_client_does_not_run_a_failed_or_paused_agent_again(live: LiveServer) -> None:

@@ -147,7 +147,7 @@ def test_a_second_server_on_the_same_data_dir_refuses_and_leaves_the_first_alone
 
 def test_a_server_on_a_taken_port_touches_no_data(tmp_path: Path) -> None:
     with (
-        server_process(make_settings(tmp_path)) as crashed,
+        server_process(make_settings(tmp_path, database_url=None)) as crashed,  # a data dir's
         crashed.live.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as live,
     ):
@@ -186,12 +186,12 @@ def test_the_data_directory_is_readable_by_its_owner_only(tmp_path: Path) -> Non
     }
     umask = os.umask(0o022)  # what most systems have: others may read new files
     try:
-        with serve(make_settings(data)) as live:
+        with serve(make_settings(data, database_url=None)) as live:  # the SQLite file's modes
             run_events(live, "demo", {"message": "hi"})
             assert _modes(data) == private
         for path in [data, *data.iterdir()]:  # as an older version left them
             path.chmod(0o755 if path.is_dir() else 0o644)
-        with serve(make_settings(data)) as live:
+        with serve(make_settings(data, database_url=None)) as live:
             run_events(live, "demo", {"message": "hi"})
             assert _modes(data) == private
     finally:
