@@ -107,7 +107,7 @@ class Database:
     def _transact(self, work: Callable[[Connection], T]) -> T:
         """In the writer thread."""
         assert self._file is not None
-        if self._writing is None:
+        if self._writing is None or self._writing.invalidated:  # first, or lost
             self._writing = self._file.connect()
         with self._writing.begin():
             return work(self._writing)
