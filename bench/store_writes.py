@@ -24,8 +24,9 @@ from sqlalchemy import Connection, create_engine, event
 from agentstream.agents import AgentSpec
 from agentstream.events import RunStarted, StepStarted
 from agentstream.store import Store
-from agentstream.store.database import add, sqlite_pragmas
+from agentstream.store.database import add
 from agentstream.store.runs import event_row
+from agentstream.store.sqlite_file import sqlite_pragmas
 
 RUN = "r"
 

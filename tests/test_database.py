@@ -4,10 +4,11 @@ workflow executions share."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.store import Store
 from agentstream.store.processes import ProcessStore
+from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import RunEventRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
@@ -98,6 +100,73 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: 
         assert sorted(rows) == sorted(
             [("run_1", seq) for seq in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12)] + [("run_2", 1)]
         )
+    finally:
+        await store.close()
+
+
+async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """SQLite writes run on the event loop, on a connection that never waits: while another
+    process (here: another connection) holds the write lock, the write waits in a thread,
+    the loop goes on serving, and the write lands once the lock is free."""
+    path = tmp_path / "db.sqlite"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    try:
+        await create_run(store, "run_1", "ses_1")
+        with closing(sqlite3.connect(path)) as other:
+            other.execute("BEGIN IMMEDIATE")  # the write lock, as `agentstream keys` takes it
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await anyio.sleep(0.01)
+                    ticks += 1
+
+            written = anyio.Event()
+
+            async def append() -> None:
+                await store.append_event(StepStarted(run_id="run_1", seq=2, ts=0.0, step=1))
+                written.set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(tick)
+                group.start_soon(append)
+                await anyio.sleep(0.3)
+                assert ticks > 5, "the loop went on while the write waited"
+                assert not written.is_set()
+                assert store_events(path) == [1], "not written while the lock is held"
+                other.rollback()
+                with anyio.fail_after(5):
+                    await written.wait()
+                assert store_events(path) == [1, 2]
+                group.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+def store_events(path: Path) -> list[int]:
+    with closing(sqlite3.connect(path)) as db:
+        return [seq for (seq,) in db.execute("select seq from run_events order by seq")]
+
+
+async def test_the_wal_is_checkpointed_every_so_many_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection that writes on the loop never checkpoints (a checkpoint syncs the
+    file); the file's thread does, every ``CHECKPOINT_EVERY`` writes, so the WAL does not
+    grow with every write ever made."""
+    monkeypatch.setattr(SQLiteFile, "CHECKPOINT_EVERY", 10)
+    path = tmp_path / "db.sqlite"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    try:
+        await create_run(store, "run_1", "ses_1")
+        for seq in range(2, 402):
+            await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+        with closing(sqlite3.connect(path)) as db:
+            (_, frames, _) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert frames < 200, "400 commits of two pages or more each, and the WAL started over"
     finally:
         await store.close()
 

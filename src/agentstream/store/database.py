@@ -11,9 +11,7 @@ connection. The async SQLite driver makes three to five trips to its thread and 
 through the event loop for every statement, which costs twenty times what the statement
 does (a read by primary key: 1 ms against 50 µs), and a write holds the turn all along,
 so under load those trips, not SQLite, set the pace of every write in the process. So on
-a SQLite file a write runs whole in the one thread that writes it, one trip there and
-back; and a read runs right on the event loop, as it takes less than the trip would and
-WAL readers never wait for a lock.
+a SQLite file both run right on the event loop (``store.sqlite_file``).
 """
 
 from __future__ import annotations
@@ -22,19 +20,19 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, TypeVar
 
 import anyio
-from sqlalchemy import Connection, Engine, Insert, create_engine, event, insert, inspect
+from sqlalchemy import Connection, Insert, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
 from agentstream.telemetry.metrics import STORE_SECONDS
 
-__all__ = ["Database", "add", "sqlite_pragmas"]
+__all__ = ["Database", "add"]
 
 T = TypeVar("T")
 
@@ -50,67 +48,37 @@ class Database:
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
         self._grouping = anyio.Lock()
         self._waiting: list[_Insert] = []
-        self._file: Engine | None = None
+        self._file: SQLiteFile | None = None
         """The same SQLite file through the standard library's driver, for ``read`` and
         ``transact``."""
-        self._writer: ThreadPoolExecutor | None = None
-        """The one thread that writes the SQLite file, with its own connection: a trip to it
-        and back costs half of what one to anyio's worker threads does, and its connection
-        is not checked out of a pool for every transaction."""
-        self._writing: Connection | None = None
         if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
-            url = engine.url.set(drivername="sqlite+pysqlite")
-            self._file = create_engine(url, pool_reset_on_return=None)
-            event.listen(self._file, "connect", sqlite_pragmas)
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="agentstream-sqlite-writer")
-        for timed in (engine.sync_engine, self._file):
+            self._file = SQLiteFile(engine.url)
+        for timed in (engine.sync_engine, self._file and self._file.engine):
             if timed is not None:
                 event.listen(timed, "before_cursor_execute", _started)
                 event.listen(timed, "after_cursor_execute", _returned)
 
     async def close(self) -> None:
         await self.engine.dispose()
-        if self._writer is not None:
-            await asyncio.get_running_loop().run_in_executor(self._writer, self._stop_writing)
-            self._writer.shutdown()
         if self._file is not None:
-            self._file.dispose()
-
-    def _stop_writing(self) -> None:
-        if self._writing is not None:
-            self._writing.close()
-            self._writing = None
+            await self._file.close()
 
     async def read(self, work: Callable[[Connection], T]) -> T:
         """``work``'s reads, on the event loop itself on a SQLite file: for short reads
         by key only (each costs tens of µs there)."""
         if self._file is not None:
-            with self._file.connect() as connection:
-                return work(connection)
+            return self._file.read(work)
         async with self.engine.connect() as connection:
             return await connection.run_sync(work)
 
     async def transact(self, work: Callable[[Connection], T]) -> T:
-        """``work`` in one write transaction, committed if it returns; whole in a thread on a
-        SQLite file, so it does not give up the turn to write while it waits on the loop."""
+        """``work`` in one write transaction, committed if it returns."""
         turn: AbstractAsyncContextManager[object] = self._turn or nullcontext()
         async with turn:
-            if self._writer is not None:
-                written = asyncio.get_running_loop().run_in_executor(
-                    self._writer, self._transact, work
-                )
-                with anyio.CancelScope(shield=True):  # as anyio's threads: the write ends
-                    return await written
+            if self._file is not None:
+                return await self._file.write(work)
             async with self.engine.begin() as connection:
                 return await connection.run_sync(work)
-
-    def _transact(self, work: Callable[[Connection], T]) -> T:
-        """In the writer thread."""
-        assert self._file is not None
-        if self._writing is None or self._writing.invalidated:  # first, or lost
-            self._writing = self._file.connect()
-        with self._writing.begin():
-            return work(self._writing)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -239,13 +207,3 @@ def _returned(connection: Connection, _cursor: Any, statement: str, *_: Any) -> 
     seconds = time.perf_counter() - connection.info["agentstream_started"].pop()
     timer = _TIMERS.get(statement.lstrip()[:6].lower(), _TIMERS["other"])
     timer.observe(seconds)
-
-
-def sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """Every SQLite connection: write-ahead log (readers do not wait for the writer),
-    synced at checkpoints, and foreign keys enforced."""
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()

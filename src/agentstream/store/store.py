@@ -30,9 +30,10 @@ from agentstream.events import BaseEvent, Event, Usage
 from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.console_sessions import ConsoleSessions
-from agentstream.store.database import Database, sqlite_pragmas
+from agentstream.store.database import Database
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.runs import RunQuery, RunStore, event_row
+from agentstream.store.sqlite_file import sqlite_pragmas
 from agentstream.store.tables import (
     AgentRow,
     ApiKeyRow,
