@@ -3,10 +3,12 @@
 
 Each line adds one layer to the one before: the INSERT and COMMIT through ``sqlite3``
 alone; the row made from the event and written through SQLAlchemy (``database.add``) in
-the calling thread; then from the event loop, with the trip to the writer thread and back
-(``Database.transact``); then grouped with other runs' events (``Database.insert``); then
-the whole ``Store.append_event``. CPU time of the process (all its threads), per event, N
-events one after the other.
+the calling thread; then from the event loop through ``Database.transact`` (its turn to
+write, and ``store.sqlite_file``'s connection on the loop); then grouped with other
+runs' events (``Database.insert``); then the whole ``Store.append_event``. CPU time of
+the process (all its threads), per event, N events one after the other. The first two
+layers' connections checkpoint the WAL now and then as SQLite does by default; the
+store's do it in a thread every ``SQLiteFile.CHECKPOINT_EVERY`` writes.
 """
 
 from __future__ import annotations

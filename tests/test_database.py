@@ -141,6 +141,8 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
                 with anyio.fail_after(5):
                     await written.wait()
                 assert store_events(path) == [1, 2]
+                await store.append_event(StepStarted(run_id="run_1", seq=3, ts=0.0, step=1))
+                assert store_events(path) == [1, 2, 3], "and the loop's connection writes again"
                 group.cancel_scope.cancel()
     finally:
         await store.close()
@@ -151,22 +153,61 @@ def store_events(path: Path) -> list[int]:
         return [seq for (seq,) in db.execute("select seq from run_events order by seq")]
 
 
-async def test_the_wal_is_checkpointed_every_so_many_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("every", [10, 10**9])
+async def test_the_wal_is_checkpointed_by_the_files_thread_alone(
+    every: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The connection that writes on the loop never checkpoints (a checkpoint syncs the
-    file); the file's thread does, every ``CHECKPOINT_EVERY`` writes, so the WAL does not
-    grow with every write ever made."""
-    monkeypatch.setattr(SQLiteFile, "CHECKPOINT_EVERY", 10)
+    file): with no checkpoint from the file's thread, 600 writes leave the WAL past the
+    1,000 pages where SQLite's own would start it over. The thread checkpoints every
+    ``CHECKPOINT_EVERY`` writes and starts the WAL over, so it stays small."""
+    monkeypatch.setattr(SQLiteFile, "CHECKPOINT_EVERY", every)
+    checkpoints = 0
+    checkpoint = SQLiteFile._checkpoint
+
+    def counted(self: SQLiteFile) -> None:
+        nonlocal checkpoints
+        checkpoints += 1
+        checkpoint(self)
+
+    monkeypatch.setattr(SQLiteFile, "_checkpoint", counted)
     path = tmp_path / "db.sqlite"
     store = await Store.open(f"sqlite+aiosqlite:///{path}")
     try:
         await create_run(store, "run_1", "ses_1")
-        for seq in range(2, 402):
+        for seq in range(2, 602):
             await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
         with closing(sqlite3.connect(path)) as db:
             (_, frames, _) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        assert frames < 200, "400 commits of two pages or more each, and the WAL started over"
+    finally:
+        await store.close()
+    if every == 10:
+        assert checkpoints >= 60
+        assert frames < 200, "600 commits of two pages or more each, and the WAL started over"
+    else:
+        assert checkpoints == 0
+        assert frames > 1_000, "the loop's connection checkpointed by itself"
+
+
+async def test_a_reader_in_the_wal_does_not_hold_the_writes_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint that would start the WAL over waits for its readers with the lock to
+    write held; with a reader that stays (a backup), it gives up at once and tries again
+    later, instead of holding every write up for SQLite's busy timeout (5 s each time)."""
+    monkeypatch.setattr(SQLiteFile, "CHECKPOINT_EVERY", 5)
+    path = tmp_path / "db.sqlite"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    try:
+        await create_run(store, "run_1", "ses_1")
+        with closing(sqlite3.connect(path, isolation_level=None)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("select count(*) from run_events").fetchone()  # holds its snapshot
+            with anyio.fail_after(10):  # six checkpoints: 30 s if each waited it out
+                for seq in range(2, 32):
+                    await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+            reader.execute("COMMIT")
+        assert store_events(path) == list(range(1, 32))
     finally:
         await store.close()
 

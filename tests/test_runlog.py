@@ -124,6 +124,7 @@ def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
             st.sampled_from(["text", "text", "text", "first", "reasoning", "step"]),
             st.integers(1, 2),
             st.sampled_from([None, "b"]),
+            st.booleans(),
         ),
         min_size=64,
         max_size=300,
@@ -132,25 +133,33 @@ def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
     st.integers(0, 5),
 )
 def test_a_viewer_from_any_seq_gets_the_very_events_appended(
-    script: list[tuple[str, int, str | None]], after: int, base: int
+    script: list[tuple[str, int, str | None, bool]], after: int, base: int
 ) -> None:
     """Older tokens are packed to save memory; what comes back out is equal to what went in,
-    whatever mix of kinds, steps and blocks, and from wherever a viewer joins."""
+    whatever mix of kinds, steps and blocks, from wherever a viewer joins, and for a viewer
+    that reads along (now and then: each step's last flag) while the events under its
+    cursor are packed."""
     appended = [
         step(seq) if kind == "step" else token(seq, kind, step_, block)
-        for seq, (kind, step_, block) in enumerate(script, start=base + 1)
+        for seq, (kind, step_, block, _) in enumerate(script, start=base + 1)
     ]
 
-    async def replayed() -> tuple[list[Event], list[Event]]:
+    async def replayed() -> tuple[list[Event], list[Event], list[Event]]:
         log = RunLog()
         log.open("r", after=base)
-        for event in appended:
+        along = log.subscribe("r", after=after)
+        read_along: list[Event] = []
+        for event, (*_, reads_now) in zip(appended, script, strict=True):
             log.append(event)
+            if reads_now and event.seq > after:
+                read_along += await along.next_batch()
         log.close("r")
-        subscription = log.subscribe("r", after=after)
-        return await subscription.next_batch(), await subscription.next_batch()
+        read_along += await along.next_batch()
+        joined = log.subscribe("r", after=after)
+        return read_along, await joined.next_batch(), await joined.next_batch()
 
-    assert asyncio.run(replayed()) == ([e for e in appended if e.seq > after], [])
+    expected = [e for e in appended if e.seq > after]
+    assert asyncio.run(replayed()) == (expected, expected, [])
 
 
 async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events() -> None:

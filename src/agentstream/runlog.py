@@ -170,7 +170,9 @@ class LogSubscription:
 
     def __init__(self, stream: _Stream, after: int) -> None:
         self._stream = stream
-        self._cursor = min(max(after - stream.base, 0), len(stream))
+        self._cursor = max(after - stream.base, 0)
+        """Events read so far, from the stream's first; past its end for a viewer that has
+        seen more than the stream holds yet (it waits for the rest)."""
         self._waiter: asyncio.Future[None] | None = None
         """What ``next_batch`` awaits while there is nothing new: a bare future, not an
         ``asyncio.Event``, which is heavier to keep and to set, once per token."""

@@ -11,7 +11,9 @@ connection of its own that never waits there:
 - for a checkpoint, which syncs the file: that connection never checkpoints; every
   ``CHECKPOINT_EVERY`` writes the thread does, and starts the WAL over (``RESTART``: a
   passive checkpoint never gets to start it over while writes keep coming). A write that
-  comes meanwhile finds the lock taken and waits for it in the thread too.
+  comes meanwhile finds the lock taken and waits for it in the thread too; the
+  checkpoint, for its part, waits at most ``CHECKPOINT_WAIT_MS`` for a write in progress
+  or a reader still in the WAL (a backup), and otherwise tries again later.
 
 Reads by key run on the loop too: a WAL reader never waits for a lock.
 """
@@ -43,6 +45,10 @@ class SQLiteFile:
     """Writes between two checkpoints: with rows of a few hundred bytes, a WAL of a few MB,
     about what SQLite's own default (1,000 pages) lets it grow to."""
 
+    CHECKPOINT_WAIT_MS = 10
+    """How long a checkpoint waits for a write in progress, or for a reader to leave the WAL
+    so that it can start it over; it holds the lock to write meanwhile."""
+
     def __init__(self, url: URL) -> None:
         self.engine: Engine = create_engine(
             url.set(drivername="sqlite+pysqlite"), pool_reset_on_return=None
@@ -50,8 +56,13 @@ class SQLiteFile:
         event.listen(self.engine, "connect", sqlite_pragmas)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="agentstream-sqlite")
         self._on_loop: Connection | None = None
+        """Never waits for a lock, never checkpoints."""
         self._in_thread: Connection | None = None
+        """Waits for a lock as long as SQLite's busy timeout allows (5 s)."""
+        self._checkpointing: Connection | None = None
+        """Waits for a lock ``CHECKPOINT_WAIT_MS`` at most: writes wait for a checkpoint."""
         self._writes = 0
+        self._closed = False
 
     def read(self, work: Callable[[Connection], T]) -> T:
         with self.engine.connect() as connection:
@@ -60,9 +71,11 @@ class SQLiteFile:
     async def write(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, committed if it returns: on the loop, or in
         this file's thread if another process holds the lock."""
-        if self._on_loop is None or self._on_loop.invalidated:
-            self._on_loop = self.engine.connect()
-            _never_waiting(self._on_loop)
+        if self._closed:
+            raise RuntimeError("The SQLite file is closed")
+        self._on_loop = self._connection(
+            self._on_loop, "PRAGMA busy_timeout = 0", "PRAGMA wal_autocheckpoint = 0"
+        )
         try:
             written = _transact(self._on_loop, work)
         except OperationalError as exc:
@@ -70,7 +83,7 @@ class SQLiteFile:
                 raise
             done = asyncio.get_running_loop().run_in_executor(self._thread, self._in_turn, work)
             with anyio.CancelScope(shield=True):  # begun, a write ends
-                return await done
+                written = await done
         self._writes += 1
         if self._writes % self.CHECKPOINT_EVERY == 0:
             self._thread.submit(self._checkpoint)
@@ -78,46 +91,63 @@ class SQLiteFile:
 
     def _in_turn(self, work: Callable[[Connection], T]) -> T:
         """In this file's thread."""
-        return _transact(self._thread_connection(), work)
+        self._in_thread = self._connection(self._in_thread)
+        return _transact(self._in_thread, work)
 
     def _checkpoint(self) -> None:
         """In this file's thread: copy the WAL into the file, and have the next write start
         it over instead of growing it."""
         try:
-            connection = self._thread_connection()
-            connection.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").close()
-            connection.commit()
+            self._checkpointing = self._connection(
+                self._checkpointing, f"PRAGMA busy_timeout = {self.CHECKPOINT_WAIT_MS}"
+            )
+            with self._checkpointing.begin():
+                checkpoint = "PRAGMA wal_checkpoint(RESTART)"
+                blocked, _, _ = self._checkpointing.exec_driver_sql(checkpoint).one()
         except Exception:
             logger.exception("Could not checkpoint the SQLite file's WAL")
+            return
+        if blocked:
+            logger.warning(
+                "The SQLite file's WAL could not be started over (another connection is "
+                "reading it or writing); trying again in %d writes",
+                self.CHECKPOINT_EVERY,
+            )
 
-    def _thread_connection(self) -> Connection:
-        if self._in_thread is None or self._in_thread.invalidated:
-            self._in_thread = self.engine.connect()
-        return self._in_thread
+    def _connection(self, held: Connection | None, *pragmas: str) -> Connection:
+        """``held``, or a new connection with ``pragmas`` in its place if there is none or
+        it was lost."""
+        if held is not None and not held.invalidated:
+            return held
+        if held is not None:
+            held.close()
+        connection = self.engine.connect()
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        for pragma in pragmas:
+            raw.execute(pragma)
+        return connection
 
     async def close(self) -> None:
+        """After the writes and checkpoints under way (the thread takes them in turn)."""
+        self._closed = True
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close_in_thread)
-        self._thread.shutdown()
+        self._thread.shutdown(wait=False)
         if self._on_loop is not None:
             self._on_loop.close()
+            self._on_loop = None
         self.engine.dispose()
 
     def _close_in_thread(self) -> None:
-        if self._in_thread is not None:
-            self._in_thread.close()
+        for connection in (self._in_thread, self._checkpointing):
+            if connection is not None:
+                connection.close()
+        self._in_thread = self._checkpointing = None
 
 
 def _transact(connection: Connection, work: Callable[[Connection], T]) -> T:
     with connection.begin():
         return work(connection)
-
-
-def _never_waiting(connection: Connection) -> None:
-    """Fail at once on a lock another process holds, and leave checkpoints to others."""
-    raw = connection.connection.dbapi_connection
-    assert raw is not None
-    raw.execute("PRAGMA busy_timeout = 0")
-    raw.execute("PRAGMA wal_autocheckpoint = 0")
 
 
 def _busy(exc: OperationalError) -> bool:
