@@ -15,7 +15,6 @@ With ``TOKENS`` small (``1``: what starting a run costs, scenario 2's ramp), eac
 from __future__ import annotations
 
 import io
-import os
 import statistics
 import subprocess
 import sys
@@ -23,19 +22,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from bench.loopback import Server, post_stream, server_process
+from bench.loopback import Server, cpu_seconds, post_stream, server_process
 
 TOKENS = 10_000
 SHORT_RUNS = 100
 """Runs per turn when each streams fewer than 1,000 tokens."""
 PATH = "/api/agents/demo/run/stream"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of the process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def checkout(revision: str, folder: Path) -> None:
