@@ -18,7 +18,7 @@ import redis
 
 from agentstream.sse import ServerSentEvent, SSEDecoder
 from conftest import postgres_admin
-from processes import ServerProcess, cluster
+from processes import TAKEOVER_LEASE, ServerProcess, cluster
 
 __all__ = [
     "REDIS_URL",
@@ -61,7 +61,7 @@ def cluster_database(postgres_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def two(tmp_path: Path, cluster_database: str, redis_url: str) -> Iterator[list[ServerProcess]]:
-    with cluster(tmp_path, cluster_database, redis_url, lease_seconds=1) as processes:
+    with cluster(tmp_path, cluster_database, redis_url, lease_seconds=TAKEOVER_LEASE) as processes:
         yield processes
 
 

@@ -195,10 +195,12 @@ def wait_until_up(url: str) -> None:
     wait_until(up, timeout=20)
 
 
-def wait_for_status(live: LiveServer, run_id: str) -> dict[str, Any]:
-    """Poll the run until it has left ``running`` (bounded)."""
+def wait_for_status(live: LiveServer, run_id: str, timeout: float = 15) -> dict[str, Any]:
+    """Poll the run until it has left ``running``; fail after ``timeout`` seconds (a crashed
+    process's runs end once its lease has run out)."""
+    deadline = time.monotonic() + timeout
     with live.client() as client:
-        for _ in range(200):
+        while time.monotonic() < deadline:
             run: dict[str, Any] = client.get(f"/api/agents/runs/{run_id}").json()
             if run["status"] != "running":
                 return run

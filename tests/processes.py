@@ -20,7 +20,12 @@ import redis
 from agentstream.config import Settings
 from conftest import LiveServer, free_port, make_settings, wait_until, wait_until_up
 
-__all__ = ["ServerProcess", "cluster", "server_process", "start_redis"]
+__all__ = ["TAKEOVER_LEASE", "ServerProcess", "cluster", "server_process", "start_redis"]
+
+TAKEOVER_LEASE = 3.0
+"""The lease of servers whose death a test waits out. A process renews every third of it,
+and takes itself for dead (ending its runs) when it renews late: a second, as before, was
+missed by a process starved of CPU in a busy test run, whose runs then ended by themselves."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from agentstream.sse import SSEDecoder
 from cluster_fixtures import events, posted, rest, until
 from conftest import free_port, read_events, wait_until
 from fakes.test_app import COUNTED
-from processes import ServerProcess, cluster, start_redis
+from processes import TAKEOVER_LEASE, ServerProcess, cluster, start_redis
 
 COUNT = "/api/agents/counter/run/stream"
 
@@ -203,7 +203,7 @@ def test_a_redis_restart_mid_run_loses_nothing_and_remote_viewers_resume(
     server = start_redis(port)
     try:
         with (
-            cluster(tmp_path, cluster_database, url, lease_seconds=1) as (a, b),
+            cluster(tmp_path, cluster_database, url, lease_seconds=TAKEOVER_LEASE) as (a, b),
             a.live.client() as on_a,
             b.live.client() as on_b,
             on_a.stream(
@@ -264,7 +264,7 @@ def test_sigterm_drains_a_process_while_the_other_follows_and_serves_on(
     assert (following[-1]["event"], following[-1]["content"]) == ("complete", counted)
     assert run["status"] == "completed"
     assert exit_code == -signal.SIGTERM, "a clean stop: uvicorn ends by the signal it got"
-    assert after[-1]["event"] == "complete", "the other process takes the new runs"
+    assert after[-1]["event"] == "complete", f"the other process takes the new runs: {after[-1]}"
 
 
 def test_more_viewers_in_the_other_process_than_redis_has_connections_by_default(

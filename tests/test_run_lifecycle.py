@@ -35,7 +35,7 @@ from conftest import (
     wait_for_status,
 )
 from fakes.test_app import call_wait_then_answer, wait
-from processes import server_process
+from processes import TAKEOVER_LEASE, server_process
 
 
 def chatter(request: ModelRequest) -> list[ModelPart]:
@@ -214,7 +214,7 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     database_url = request.getfixturevalue("postgres_url") if store == "postgresql" else None
     with (
         server_process(
-            make_settings(tmp_path, database_url=database_url, lease_seconds=1)
+            make_settings(tmp_path, database_url=database_url, lease_seconds=TAKEOVER_LEASE)
         ) as crashed,
         crashed.live.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as response,

@@ -48,7 +48,7 @@ from conftest import (
     wait_until,
 )
 from fakes.test_app import call_wait_then_answer, wait
-from processes import server_process
+from processes import TAKEOVER_LEASE, server_process
 
 FORWARDED_ONLY = {"content_delta", "reasoning_delta"}
 
@@ -680,7 +680,7 @@ def test_a_timeout_ends_the_canvas_stream_with_an_error_not_a_cancel(tmp_path: P
 def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -> None:
     """On SQLite at once; on PostgreSQL (``make test-postgresql``) once the dead process's
     lease has run out, as for an agent run (test_run_lifecycle)."""
-    with server_process(make_settings(tmp_path, lease_seconds=1)) as crashed:
+    with server_process(make_settings(tmp_path, lease_seconds=TAKEOVER_LEASE)) as crashed:
         save(crashed.live, _waiting())
         with (
             crashed.live.client() as client,
@@ -689,7 +689,7 @@ def test_an_execution_cut_off_by_a_crash_is_marked_interrupted(tmp_path: Path) -
             execution_id = _until_tool_call(response)[0]["execution_id"]
             crashed.kill()
 
-    with serve_workflows(tmp_path, lease_seconds=1) as restarted:
+    with serve_workflows(tmp_path, lease_seconds=TAKEOVER_LEASE) as restarted:
         wait_until(lambda: execution(restarted, execution_id)["status"] != "running")
         record = execution(restarted, execution_id)
         with restarted.client() as client:
