@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
+from collections.abc import AsyncGenerator
 
 import anyio
 import anyio.lowlevel
@@ -11,8 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentstream.agents import AgentSpec
 from agentstream.events import STEP_SEPARATOR, Event, ReasoningDelta, StepStarted, TextDelta
+from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
 from agentstream.runlog import RunLog
+from agentstream.runtime.agent import AgentState, run_agent
+from agentstream.runtime.context import RunContext
 
 pytestmark = pytest.mark.anyio
 
@@ -180,3 +185,38 @@ async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_eve
     assert [e.seq for e in await log.subscribe("r", after=9_990).next_batch()] == list(
         range(9_991, 10_001)
     )
+
+
+async def test_a_live_agent_run_keeps_no_more_of_its_tokens_than_the_log_does() -> None:
+    """The agent loop collects a turn's text too: as the pieces themselves, it kept every
+    token's string alive (about 70 bytes more a token) after the log had packed its copy."""
+    tokens = 10_000
+    kept: list[int] = []
+
+    class Talker:
+        name = "talker"
+
+        async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(tokens):
+                yield TextPart(f" w{i:05}")  # a new string each time, as from a provider
+            kept.append(tracemalloc.get_traced_memory()[0] - before)
+            yield TurnEndPart("end_turn")
+
+    class NoStore:
+        async def append_event(self, event: Event) -> None:
+            pass
+
+    log = RunLog()
+    log.open("r")
+    agent = AgentSpec(id="a")
+    ctx = RunContext("r", log=log, store=NoStore())  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        answer = await run_agent(
+            ctx, agent, Talker(), [], state=AgentState.begin(agent, [], "go"), reasoning=False
+        )
+    finally:
+        tracemalloc.stop()
+    assert answer.content == "".join(f" w{i:05}" for i in range(tokens))
+    assert kept[0] < tokens * 60, f"{kept[0] / tokens:.0f} bytes a token"

@@ -71,10 +71,39 @@ class AgentAnswer:
     """What this run adds to its session: the user message, tool exchanges, the answer."""
 
 
+class _Text:
+    """Text streamed piece by piece, joined every ``CHUNK`` pieces as it comes: a piece of a
+    few letters kept as a string of its own costs about 70 bytes until the turn ends, a
+    hundred times what its letters do, and a live run's log would keep it alive after
+    packing its own copy."""
+
+    __slots__ = ("_chunks", "_pieces")
+
+    CHUNK = 64
+
+    def __init__(self) -> None:
+        self._chunks: list[str] = []
+        self._pieces: list[str] = []
+
+    def append(self, piece: str) -> None:
+        pieces = self._pieces
+        pieces.append(piece)
+        if len(pieces) == self.CHUNK:
+            self._chunks.append("".join(pieces))
+            pieces.clear()
+
+    def __bool__(self) -> bool:
+        """Whether any piece came, even an empty one."""
+        return bool(self._chunks or self._pieces)
+
+    def __str__(self) -> str:
+        return "".join(self._chunks) + "".join(self._pieces)
+
+
 @dataclass(slots=True)
 class _Turn:
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
+    text: _Text = field(default_factory=_Text)
+    reasoning: _Text = field(default_factory=_Text)
     calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """Tool calls in the order started: name and argument pieces by call id."""
     reasoning_emitted: bool = False
@@ -186,7 +215,7 @@ async def run_agent(
             )
             separator = STEP_SEPARATOR if state.streamed_text else ""
             turn = await _model_turn(ctx, step, model, request, separator)
-            text = "".join(turn.text)
+            text = str(turn.text)
             state.streamed_text = state.streamed_text or bool(text)
             if not turn.calls:
                 await ctx.emit(Text, step=step, text=text)
@@ -303,7 +332,7 @@ async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:
     """The reasoning segment ended: persist it whole, once."""
     if turn.reasoning and not turn.reasoning_emitted:
         turn.reasoning_emitted = True
-        await ctx.emit(Reasoning, step=step, text="".join(turn.reasoning))
+        await ctx.emit(Reasoning, step=step, text=str(turn.reasoning))
 
 
 def _parse_call(call_id: str, name: str, pieces: list[str]) -> tuple[RequestedToolCall, str | None]:
