@@ -401,12 +401,23 @@ def test_browsers_may_call_from_the_origins_configured(tmp_path: Path) -> None:
                 headers={"Origin": APP},
                 json={"model": "demo", "messages": [{"role": "user", "content": "Hi"}]},
             )
+            streamed = http.post(
+                "/v1/chat/completions",
+                headers={"Origin": APP},
+                json={
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "stream": True,
+                },
+            )
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == APP
     assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
     assert "access-control-allow-origin" not in other.headers
     assert answer.headers["access-control-allow-origin"] == APP
     assert "X-Run-Id" in answer.headers["access-control-expose-headers"]
+    assert streamed.headers["access-control-allow-origin"] == APP, "a stream's start too"
+    assert streamed.content.endswith(b"data: [DONE]\n\n")
 
 
 def test_no_origin_is_allowed_by_default(live: LiveServer) -> None:

@@ -5,15 +5,18 @@ a chat's in-flight slot back; a GET follow only watches, so hanging up leaves th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
+from agentstream.server.streaming import EventStreamResponse, StreamsOutside
 from conftest import (
     LiveServer,
     latest_run_id,
@@ -190,3 +193,61 @@ def test_hanging_up_a_follow_leaves_the_run_going(live: LiveServer, surface: str
     assert cancelled.json()["status"] == "cancelled"
     assert b"Client cancelled request" not in first + rest
     assert f'"{reason}"'.encode() in rest, "ended by the cancel endpoint, not by the follower"
+
+
+@pytest.mark.parametrize("surface", list(POSTS))
+def test_a_stream_starts_through_the_middleware(live: LiveServer, surface: str) -> None:
+    """The response's start crosses the middleware (its request id); its body does not."""
+    path, body, headers, _ = POSTS[surface]
+    with (
+        live.client() as client,
+        client.stream(
+            "POST", path, json=body, headers={**headers, "X-Request-Id": "from-the-client"}
+        ) as sent,
+    ):
+        started(sent)
+    assert sent.headers["x-request-id"] == "from-the-client"
+    assert sent.headers["content-type"] == "text/event-stream; charset=utf-8"
+
+
+def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
+    """``StreamsOutside`` sends the body to the server's own ``send``: a live stream keeps
+    none of the middleware's coroutines alive, and its frames skip their ``send``."""
+    chunks = [b"data: 1\n\n", b"data: 2\n\n"]
+    ended: list[str] = []
+    seen: list[str] = []
+
+    async def next_chunk() -> bytes | None:
+        return chunks.pop(0) if chunks else None
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await EventStreamResponse(next_chunk, keepalive=5, on_end=lambda: ended.append("end"))(
+            scope, receive, send
+        )
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        async def wrapped(message: Message) -> None:
+            seen.append(f"middleware saw {message['type']}")
+            await send(message)
+
+        await endpoint(scope, receive, wrapped)
+        seen.append("middleware returned")
+
+    async def server_send(message: Message) -> None:
+        seen.append(f"sent {message['type']} {message.get('body', b'')!r}")
+
+    async def receive() -> Message:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    asyncio.run(StreamsOutside(middleware)({"type": "http"}, receive, server_send))
+
+    assert seen == [
+        "middleware saw http.response.start",
+        "sent http.response.start b''",
+        "middleware returned",
+        "sent http.response.body b'data: 1\\n\\n'",
+        "sent http.response.body b'data: 2\\n\\n'",
+        "sent http.response.body b''",
+    ]
+    assert ended == ["end"]

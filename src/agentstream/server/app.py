@@ -13,6 +13,7 @@ import anyio
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
+from starlette.types import ASGIApp
 
 from agentstream.agents import AgentSpec
 from agentstream.cluster import Cluster
@@ -55,6 +56,7 @@ from agentstream.server.pages import StaticAssets, page, script
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services, services
 from agentstream.server.sessions import router as sessions_router
+from agentstream.server.streaming import StreamsOutside
 from agentstream.server.ui_messages import router as ui_messages_router
 from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
@@ -188,7 +190,7 @@ def create_app(
             await model_registry.aclose()
             await store.close()
 
-    app = FastAPI(
+    app = _App(
         title="agentstream",
         summary="Run AI agents and stream everything they do over Server-Sent Events.",
         version=version("agentstream"),
@@ -254,6 +256,12 @@ def create_app(
         return {"status": "ok"}
 
     return app
+
+
+class _App(FastAPI):
+    def build_middleware_stack(self) -> ASGIApp:
+        """Streams are sent from outside the stack (``StreamsOutside``)."""
+        return StreamsOutside(super().build_middleware_stack())
 
 
 def check_config(settings: Settings) -> Declared:

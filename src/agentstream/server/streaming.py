@@ -1,4 +1,5 @@
-"""An SSE response that streams, keeps alive and notices disconnects, whichever comes first.
+"""An SSE response that streams, keeps alive and notices disconnects, whichever comes first;
+and the ASGI layer that streams it from outside the app's middleware.
 
 Starlette's StreamingResponse cannot send a keepalive while its iterator waits, nor tell
 us the client left; this response can. Headers follow what proxies need to not buffer.
@@ -11,12 +12,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentstream import sse
 from agentstream.telemetry.metrics import LIVE_STREAMS
 
-__all__ = ["SSE_HEADERS", "EventStreamResponse"]
+__all__ = ["SSE_HEADERS", "EventStreamResponse", "StreamsOutside"]
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -25,6 +26,11 @@ SSE_HEADERS = {
 }
 
 _KEEPALIVE = sse.comment("keepalive").encode()
+
+_OUTSIDE = "agentstream.streams_outside"
+"""The scope's key under which ``StreamsOutside`` takes the streams a request answers with."""
+
+_Body = Callable[[Receive, Send], Awaitable[None]]
 
 
 class EventStreamResponse(Response):
@@ -57,16 +63,33 @@ class EventStreamResponse(Response):
         self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Start the response here, within the middleware (which adds its headers, and logs
+        the access line in the request's context); the body goes out from
+        ``StreamsOutside`` if the app runs within it, else from here."""
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        except BaseException:
+            self._ended()
+            raise
+        outside: list[_Body] | None = scope.get(_OUTSIDE)
+        if outside is None:
+            await self.send_body(receive, send)
+        else:
+            outside.append(self.send_body)
+
+    async def send_body(self, receive: Receive, send: Send) -> None:
         LIVE_STREAMS.inc()
         try:
-            await self._stream(receive, send)
+            await self._send_body(receive, send)
         finally:
             LIVE_STREAMS.dec()
-            if self._on_end is not None:
-                self._on_end()
+            self._ended()
 
-    async def _stream(self, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
+
+    async def _send_body(self, receive: Receive, send: Send) -> None:
         self._last_sent = time.monotonic()
         streaming = asyncio.current_task()
         assert streaming is not None
@@ -114,3 +137,26 @@ class EventStreamResponse(Response):
             if message["type"] == "http.disconnect":
                 leave()
                 return
+
+
+class StreamsOutside:
+    """The outermost ASGI layer of the app: a request answered with an
+    ``EventStreamResponse`` returns through the middleware and routing once the response
+    has started, and its body is sent from here, to the server's own ``send``. A live
+    stream then keeps none of the stack's coroutines, exit stacks and closures alive, and
+    its frames skip the middleware's ``send`` wrappers, which only look at a response's
+    start. Middleware that changes a body would not see a stream's: there is none
+    (compressing an event stream would hold its frames back)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        bodies: list[_Body] = []
+        scope[_OUTSIDE] = bodies
+        await self.app(scope, receive, send)
+        for body in bodies:  # one at most
+            await body(receive, send)
