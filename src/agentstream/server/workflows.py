@@ -3,6 +3,7 @@ events (spec 002 "Workflow Streaming"), read, follow, replay and cancel executio
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -119,18 +120,11 @@ def _out(stored: StoredWorkflow) -> WorkflowOut:
 
 
 def _summary(record: ExecutionRecord) -> dict[str, Any]:
+    """The record's fields (an ``ExecutionSummary`` ignores its ``definition``) and how long
+    it ran."""
     finished = record.finished_at
     return {
-        "id": record.id,
-        "workflow_id": record.workflow_id,
-        "workflow_version": record.workflow_version,
-        "draft": record.draft,
-        "status": record.status,
-        "input": record.input,
-        "result": record.result,
-        "error": record.error,
-        "created_at": record.created_at,
-        "finished_at": finished,
+        **asdict(record),
         "duration_ms": None
         if finished is None
         else round((finished - record.created_at).total_seconds() * 1000),
@@ -265,7 +259,6 @@ async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
     events = await svc.workflows.execution_events(execution_id)
     return ExecutionOut(
         **_summary(record),
-        definition=record.definition,
         events=[shown for e in events if (shown := frame(e)) is not None],
     )
 
