@@ -768,7 +768,6 @@ def _deployment_body(**options: Any) -> dict[str, Any]:
         "emails": "allowed_emails",
         "agent": "agent_id",
         "workflow": "workflow_id",
-        "output_blocks": "output_blocks",
         "redact": "redact_pii",
     }
     return {names.get(k, k): v for k, v in options.items() if v is not None}

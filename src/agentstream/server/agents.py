@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -62,12 +63,7 @@ class AgentOut(BaseModel):
 
 
 def _out(stored: StoredAgent) -> AgentOut:
-    return AgentOut(
-        agent=stored.spec,
-        version=stored.version,
-        created_at=stored.created_at,
-        updated_at=stored.updated_at,
-    )
+    return AgentOut(agent=stored.spec, **asdict(stored))  # its spec under another name
 
 
 async def agent_or_404(svc: Services, agent_id: str) -> StoredAgent:

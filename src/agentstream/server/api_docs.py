@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 from importlib.resources import files
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.staticfiles import StaticFiles
-from starlette.responses import HTMLResponse, Response
-from starlette.types import Scope
+from starlette.responses import HTMLResponse
 
-from agentstream.server.pages import PAGE_HEADERS
+from agentstream.server.pages import PAGE_HEADERS, StaticAssets
 
 __all__ = ["ASSETS_URL", "install_api_docs"]
 
@@ -60,24 +57,6 @@ def _page(generated: HTMLResponse) -> tuple[str, dict[str, str]]:
     return html, docs_headers(html)
 
 
-class DocsAssets(StaticFiles):
-    """Swagger UI's and ReDoc's files, ``nosniff`` like the hosted pages' assets."""
-
-    def __init__(self) -> None:
-        super().__init__(directory=ASSETS)
-
-    def file_response(
-        self,
-        full_path: str | os.PathLike[str],
-        stat_result: os.stat_result,
-        scope: Scope,
-        status_code: int = 200,
-    ) -> Response:
-        response = super().file_response(full_path, stat_result, scope, status_code)
-        response.headers.update(PAGE_HEADERS)
-        return response
-
-
 def install_api_docs(app: FastAPI) -> None:
     """Serve ``/docs``, ``/redoc`` and their assets (create ``app`` with ``docs_url`` and
     ``redoc_url`` set to ``None``, so FastAPI's CDN pages are not there as well)."""
@@ -101,7 +80,7 @@ def install_api_docs(app: FastAPI) -> None:
             with_google_fonts=False,
         )
     )
-    app.mount(ASSETS_URL, DocsAssets(), name="api-docs")
+    app.mount(ASSETS_URL, StaticAssets(ASSETS), name="api-docs")  # nosniff, like the pages' assets
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Response
 from pydantic import ConfigDict, Field, field_validator
 
-from agentstream.errors import NotFound, UserError
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import (
@@ -21,8 +20,9 @@ from agentstream.server.openapi import (
 )
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
+from agentstream.server.workflows import execution_or_404, parse_as, workflow_or_404
 from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView
-from agentstream.workflows import Workflow, parse_workflow
+from agentstream.workflows import Workflow
 from agentstream.workflows.definition import Block
 from agentstream.workflows.expressions import ExpressionError, parse_expression
 from agentstream.workflows.graph import Graph
@@ -124,17 +124,9 @@ async def execute_draft(
     body = body or DraftRunIn()
     version = None
     if body.definition is not None:
-        given = body.definition.get("id", workflow_id)
-        if given != workflow_id:
-            raise UserError(
-                f"The definition's id {given!r} is not the URL's {workflow_id!r}", field="id"
-            )
-        functions = svc.executions.engine.functions
-        workflow = parse_workflow({**body.definition, "id": workflow_id}, functions=functions)
+        workflow = parse_as(svc, workflow_id, body.definition)
     else:
-        stored = await svc.workflows.get_workflow(workflow_id)
-        if stored is None:
-            raise NotFound(f"No workflow {workflow_id!r}", field="workflow_id")
+        stored = await workflow_or_404(svc, workflow_id)
         workflow, version = stored.workflow, stored.version
     execution_id = await svc.executions.start(workflow, body.input, draft=True, version=version)
     view = CanvasView(workflow_id=workflow_id, policy=canvas_policy(workflow))
@@ -168,9 +160,7 @@ async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> A
     it is in the live log (deltas included), else its persisted events (replay); the same
     frames from there as a client that watched from the start got. Disconnecting does not
     cancel. ``204 No Content`` when there is nothing more."""
-    record = await svc.workflows.get_execution(execution_id)
-    if record is None:
-        raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
+    record = await execution_or_404(svc, execution_id)
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
     return await follow(

@@ -97,14 +97,10 @@ async def home() -> RedirectResponse:
 
 
 @pages.get("/console/workflows/{workflow_id}/run")
-async def workflow_page(workflow_id: str) -> FileResponse:
-    """The workflow run view: draws the workflow, runs drafts."""
-    return page("run.html")
-
-
 @pages.get("/console/executions/{execution_id}")
-async def execution_page(execution_id: str) -> FileResponse:
-    """The workflow run view replaying, or following, an execution."""
+async def run_page() -> FileResponse:
+    """The workflow run view: draws a workflow and runs drafts, or replays (or follows) an
+    execution; it reads which from its URL."""
     return page("run.html")
 
 

@@ -150,14 +150,7 @@ async def get_context_handler(handler_id: str, svc: Svc) -> ContextHandlerOut:
     handler = await svc.knowledge.store.get_handler(handler_id)
     if handler is None:
         raise NotFound(f"No context handler {handler_id!r}", field="context_handler_id")
-    return ContextHandlerOut(
-        id=handler.id,
-        run_id=handler.run_id,
-        tool_call_id=handler.call_id,
-        query=handler.query,
-        citations=handler.citations,
-        created_at=handler.created_at,
-    )
+    return ContextHandlerOut(**asdict(handler), tool_call_id=handler.call_id)
 
 
 def _base(base: KnowledgeBase) -> KnowledgeBaseOut:

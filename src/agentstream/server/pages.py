@@ -67,11 +67,12 @@ def script(name: str) -> FileResponse:
 
 
 class StaticAssets(StaticFiles):
-    """The pages' scripts and styles, with the same headers (``nosniff`` matters most: a
-    script is only ever run as the type it is served as)."""
+    """The pages' scripts and styles (or the files of another ``directory``, such as the API
+    docs' assets), with the same headers (``nosniff`` matters most: a script is only ever run
+    as the type it is served as)."""
 
-    def __init__(self) -> None:
-        super().__init__(directory=WEB)
+    def __init__(self, directory: Path = WEB) -> None:
+        super().__init__(directory=directory)
 
     def file_response(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -244,19 +245,7 @@ class DecisionOut(BaseModel):
 
 
 def _approvals_out(records: list[ApprovalRecord]) -> list[ApprovalOut]:
-    return [
-        ApprovalOut(
-            tool_call_id=a.call_id,
-            tool_name=a.tool_name,
-            tool_input=a.tool_input,
-            decision=a.decision,
-            reason=a.reason,
-            decided_by=a.decided_by,
-            requested_at=a.requested_at,
-            decided_at=a.decided_at,
-        )
-        for a in records
-    ]
+    return [ApprovalOut(**asdict(a), tool_call_id=a.call_id) for a in records]
 
 
 Caller = Annotated[str, Depends(require_api_key)]

@@ -95,17 +95,7 @@ async def get_session(session_id: str, svc: Svc) -> SessionOut:
         agent_id=agent_id,
         created_at=created_at,
         runs=[SessionRun.model_validate(run, from_attributes=True) for run in runs],
-        messages=[
-            MemoryMessage(
-                role=m.role,
-                content=m.content,
-                tool_call_id=m.tool_call_id,
-                tool_calls=[
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
-                ],
-            )
-            for m in memory
-        ],
+        messages=[MemoryMessage(**asdict(m)) for m in memory],  # without its provider_state
     )
 
 

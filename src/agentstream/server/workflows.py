@@ -3,6 +3,7 @@ events (spec 002 "Workflow Streaming"), read, follow, replay and cancel executio
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -30,7 +31,7 @@ from agentstream.store.workflows import ExecutionRecord, StoredWorkflow, definit
 from agentstream.views.workflow import WorkflowFrameAdapter, frame, frames
 from agentstream.workflows import Workflow, parse_workflow
 
-__all__ = ["router", "workflow_or_404"]
+__all__ = ["execution_or_404", "parse_as", "router", "workflow_or_404"]
 
 router = APIRouter(
     prefix="/api/workflows", tags=["workflows"], dependencies=[Depends(require_api_key)]
@@ -119,18 +120,11 @@ def _out(stored: StoredWorkflow) -> WorkflowOut:
 
 
 def _summary(record: ExecutionRecord) -> dict[str, Any]:
+    """The record's fields (an ``ExecutionSummary`` ignores its ``definition``) and how long
+    it ran."""
     finished = record.finished_at
     return {
-        "id": record.id,
-        "workflow_id": record.workflow_id,
-        "workflow_version": record.workflow_version,
-        "draft": record.draft,
-        "status": record.status,
-        "input": record.input,
-        "result": record.result,
-        "error": record.error,
-        "created_at": record.created_at,
-        "finished_at": finished,
+        **asdict(record),
         "duration_ms": None
         if finished is None
         else round((finished - record.created_at).total_seconds() * 1000),
@@ -139,6 +133,16 @@ def _summary(record: ExecutionRecord) -> dict[str, Any]:
 
 def _parse(svc: Services, data: dict[str, Any]) -> Workflow:
     return parse_workflow(data, functions=svc.executions.engine.functions)
+
+
+def parse_as(svc: Services, workflow_id: str, definition: dict[str, Any]) -> Workflow:
+    """The definition as the workflow the URL names: its ``id`` may be left out, not differ."""
+    given = definition.get("id", workflow_id)
+    if given != workflow_id:
+        raise UserError(
+            f"The definition's id {given!r} is not the URL's {workflow_id!r}", field="id"
+        )
+    return _parse(svc, {**definition, "id": workflow_id})
 
 
 async def workflow_or_404(svc: Services, workflow_id: str) -> StoredWorkflow:
@@ -198,13 +202,7 @@ async def get_workflow(workflow_id: str, svc: Svc) -> WorkflowOut:
 @router.put("/{workflow_id}")
 async def put_workflow(workflow_id: str, definition: Definition, svc: Svc) -> WorkflowOut:
     """Create or replace the workflow (a new version if the definition changed)."""
-    given = definition.get("id", workflow_id)
-    if given != workflow_id:
-        raise UserError(
-            f"The definition's id {given!r} is not the URL's {workflow_id!r}", field="id"
-        )
-    workflow = _parse(svc, {**definition, "id": workflow_id})
-    return _out(await svc.workflows.put_workflow(workflow))
+    return _out(await svc.workflows.put_workflow(parse_as(svc, workflow_id, definition)))
 
 
 @router.delete("/{workflow_id}", status_code=204)
@@ -247,7 +245,7 @@ async def run_stream(
     )
 
 
-async def _record_or_404(svc: Services, execution_id: str) -> ExecutionRecord:
+async def execution_or_404(svc: Services, execution_id: str) -> ExecutionRecord:
     record = await svc.workflows.get_execution(execution_id)
     if record is None:
         raise NotFound(f"No workflow execution {execution_id!r}", field="execution_id")
@@ -257,11 +255,10 @@ async def _record_or_404(svc: Services, execution_id: str) -> ExecutionRecord:
 @router.get("/executions/{execution_id}")
 async def get_execution(execution_id: str, svc: Svc) -> ExecutionOut:
     """The execution's record with its persisted events: what replay shows."""
-    record = await _record_or_404(svc, execution_id)
+    record = await execution_or_404(svc, execution_id)
     events = await svc.workflows.execution_events(execution_id)
     return ExecutionOut(
         **_summary(record),
-        definition=record.definition,
         events=[shown for e in events if (shown := frame(e)) is not None],
     )
 
@@ -276,7 +273,7 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
     execution has nothing more, which tells an EventSource to stop reconnecting."""
 
     async def persisted() -> list[Event]:
-        await _record_or_404(svc, execution_id)
+        await execution_or_404(svc, execution_id)
         return await svc.workflows.execution_events(execution_id)
 
     return await follow(
@@ -296,11 +293,11 @@ async def follow_execution(execution_id: str, svc: Svc, after: ResumeAfter) -> A
 async def cancel_execution(execution_id: str, svc: Svc) -> dict[str, str]:
     """Cancel a live execution and answer once it has ended: every running block stops, its
     status is ``cancelled``."""
-    record = await _record_or_404(svc, execution_id)
+    record = await execution_or_404(svc, execution_id)
     cancelled = record.status == "running" and await svc.supervisor.stop(
         execution_id, "Execution cancelled", wait=STOP_WAIT
     )
-    record = await _record_or_404(svc, execution_id)
+    record = await execution_or_404(svc, execution_id)
     if not cancelled:
         raise Conflict(
             f"Workflow execution {execution_id!r} has ended (status: {record.status})",

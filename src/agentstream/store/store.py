@@ -218,16 +218,16 @@ class Store:
                 row.version += 1
                 row.spec = definition
                 row.updated_at = now()
-        return _stored_agent(row)
+        return _stored_agent(row, row.spec, row.version)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
         row = await self.db.read(lambda db: db.execute(_AGENT, {"id": agent_id}).first())
-        return None if row is None else _stored_agent(row)
+        return None if row is None else _stored_agent(row, row.spec, row.version)
 
     async def list_agents(self) -> list[StoredAgent]:
         async with self.db.session() as db:
             rows = await db.scalars(select(AgentRow).order_by(AgentRow.id))
-            return [_stored_agent(row) for row in rows]
+            return [_stored_agent(row, row.spec, row.version) for row in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
         async with self.db.write() as db:
@@ -606,10 +606,13 @@ def _private_database(path: Path) -> None:
         make_private(path.with_name(path.name + companion))
 
 
-def _stored_agent(row: AgentRow | Row[Any]) -> StoredAgent:
+def _stored_agent(
+    row: AgentRow | DeploymentRow | Row[Any], spec: dict[str, Any], version: int
+) -> StoredAgent:
+    """An agent as stored, or as a deployment pinned it (with the deployment's times)."""
     return StoredAgent(
-        spec=AgentSpec.model_validate(row.spec),
-        version=row.version,
+        spec=AgentSpec.model_validate(spec),
+        version=version,
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
     )
@@ -618,12 +621,7 @@ def _stored_agent(row: AgentRow | Row[Any]) -> StoredAgent:
 def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
     target: StoredAgent | DeployedWorkflow
     if row.agent_spec is not None and row.agent_version is not None:
-        target = StoredAgent(
-            spec=AgentSpec.model_validate(row.agent_spec),
-            version=row.agent_version,
-            created_at=utc(row.created_at),
-            updated_at=utc(row.updated_at),
-        )
+        target = _stored_agent(row, row.agent_spec, row.agent_version)
     else:
         assert row.workflow_definition is not None
         assert row.workflow_version is not None
@@ -635,12 +633,7 @@ def _stored_deployment(row: DeploymentRow) -> StoredDeployment:
         entities=None
         if row.entities is None
         else {
-            entity_id: StoredAgent(
-                spec=AgentSpec.model_validate(pinned["spec"]),
-                version=pinned["version"],
-                created_at=utc(row.created_at),
-                updated_at=utc(row.updated_at),
-            )
+            entity_id: _stored_agent(row, pinned["spec"], pinned["version"])
             for entity_id, pinned in row.entities.items()
         },
         updated_at=utc(row.updated_at),

@@ -123,8 +123,6 @@ class RunObservation:
                 self.status = status
             case RunPaused():
                 self.status = "paused"
-            case _:
-                pass
 
 
 _FAILED = frozenset({"error", "timeout", "unknown"})

@@ -29,7 +29,7 @@ the docs (``CanvasFrameAdapter``; the OpenAPI document's schema of the canvas en
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, assert_never
 
@@ -107,22 +107,15 @@ class _Block:
     output: dict[str, Any] | None = None
 
 
-@dataclass(slots=True)
-class _State:
-    blocks: dict[str, _Block] = field(default_factory=dict)
-    redacted_ran: bool = False
-
-    def block(self, block_id: str) -> _Block:
-        return self.blocks.setdefault(block_id, _Block())
-
-
 class CanvasView:
     """Translates one execution's workflow events into canvas frames, in order."""
 
     def __init__(self, *, workflow_id: str, policy: CanvasPolicy | None = None) -> None:
         self.workflow_id = workflow_id
         self.policy = policy or CanvasPolicy()
-        self._state = _State()
+        self._blocks: dict[str, _Block] = {}
+        self._redacted_ran = False
+        """A block whose output is redacted has completed: the result may quote it."""
 
     def frames(self, event: Event) -> list[Frame]:
         """The frames for ``event``: none or one."""
@@ -142,22 +135,22 @@ class CanvasView:
         ]
 
     def _data(self, event: Event) -> tuple[str, Frame] | None:
-        state, policy = self._state, self.policy
+        policy = self.policy
         block_id = event.block_id or ""
         match event:
             case RunStarted():
                 return "execution:started", {}
             case BlockStarted(block_type=block_type):
-                state.block(block_id)
+                self._block(block_id)
                 return "block:started", {"blockId": block_id, "blockType": block_type}
             case TextDelta(delta=delta):
                 if self._redacted(block_id) or not delta:
                     return None
-                block = state.block(block_id)
+                block = self._block(block_id)
                 block.streamed = block.text_since_reset = True
                 return "stream:chunk", {"blockId": block_id, "chunk": delta}
             case TextRetracted():
-                block = state.block(block_id)
+                block = self._block(block_id)
                 if not block.text_since_reset:
                     return None
                 block.text_since_reset = False
@@ -165,14 +158,14 @@ class CanvasView:
             case ReasoningDelta(delta=delta):
                 if self._redacted(block_id):
                     return None
-                block = state.block(block_id)
+                block = self._block(block_id)
                 if not block.segment_live:
                     block.segment_live = True
                     if block.segments:
                         delta = "\n\n" + delta
                 return self._thinking(block_id, block, delta)
             case Reasoning(text=text):
-                block = state.block(block_id)
+                block = self._block(block_id)
                 live, block.segment_live = block.segment_live, False
                 block.segments += 1
                 if live or self._redacted(block_id):
@@ -196,7 +189,7 @@ class CanvasView:
                     "status": status,
                 }
             case BlockOutput(output=output):
-                block = state.block(block_id)
+                block = self._block(block_id)
                 block.output = output
                 if not block.streamed:
                     return None
@@ -204,10 +197,10 @@ class CanvasView:
                 return "stream:done", {"blockId": block_id}
             case BlockCompleted():
                 completed: Frame = {"blockId": block_id}
-                recorded = state.block(block_id).output
+                recorded = self._block(block_id).output
                 if recorded is not None:
                     if self._redacted(block_id):
-                        state.redacted_ran = True
+                        self._redacted_ran = True
                         recorded = redact_value(recorded, policy.redact)
                     completed["output"] = recorded
                 return "block:completed", completed
@@ -218,7 +211,7 @@ class CanvasView:
             case BlockSkipped():
                 return "block:skipped", {"blockId": block_id}
             case RunCompleted(result=result):
-                if state.redacted_ran:
+                if self._redacted_ran:
                     result = redact_value(result, policy.redact)
                 return "execution:completed", {"result": result}
             case RunFailed(status="cancelled", message=message):
@@ -248,6 +241,9 @@ class CanvasView:
                 return None
             case _:
                 assert_never(event)
+
+    def _block(self, block_id: str) -> _Block:
+        return self._blocks.setdefault(block_id, _Block())
 
     def _redacted(self, block_id: str) -> bool:
         return block_id in self.policy.redacted_blocks
