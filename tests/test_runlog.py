@@ -181,7 +181,7 @@ async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_eve
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert kept < 10_000 * 40, f"{kept / 10_000:.0f} bytes a token"
+    assert kept < 10_000 * 30, f"{kept / 10_000:.0f} bytes a token"
     assert [e.seq for e in await log.subscribe("r", after=9_990).next_batch()] == list(
         range(9_991, 10_001)
     )

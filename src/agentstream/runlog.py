@@ -14,7 +14,7 @@ import asyncio
 from array import array
 from bisect import bisect_right
 from collections.abc import AsyncIterator
-from itertools import accumulate, groupby
+from itertools import groupby
 from typing import Protocol, cast
 
 from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta
@@ -67,18 +67,34 @@ _Token = TextDelta | ReasoningDelta
 class _Deltas:
     """Consecutive tokens of one kind, block and step, packed: their times, where each
     one's text ends, and the texts joined. A live run keeps every token for a viewer that
-    joins late: as events, a token of a few letters costs about 220 bytes; packed, about 30."""
+    joins late: as events, a token of a few letters costs about 220 bytes; packed, about 20."""
 
     __slots__ = ("block_id", "ends", "first_seq", "kind", "run_id", "step", "text", "times")
+
+    MOST = 1024
+    """Tokens in one pack at most: its text is copied each time it grows."""
 
     def __init__(self, tokens: list[_Token]) -> None:
         first = tokens[0]
         self.kind = type(first)
         self.run_id, self.block_id, self.step = first.run_id, first.block_id, first.step
         self.first_seq = first.seq
-        self.times = array("d", [token.ts for token in tokens])
-        self.ends = array("I", accumulate(len(token.delta) for token in tokens))
-        self.text = "".join(token.delta for token in tokens)
+        self.times = array("d")
+        self.ends = array("I")
+        self.text = ""
+        self.extend(tokens)
+
+    def goes_on_with(self, event: Event) -> bool:
+        """``event`` (the next after this pack's last) belongs in it."""
+        return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
+
+    def extend(self, tokens: list[_Token]) -> None:
+        self.times.extend(token.ts for token in tokens)
+        end = self.ends[-1] if self.ends else 0
+        for token in tokens:
+            end += len(token.delta)
+            self.ends.append(end)
+        self.text += "".join(token.delta for token in tokens)
 
     def __len__(self) -> int:
         return len(self.times)
@@ -113,8 +129,9 @@ class _Stream:
 
     __slots__ = ("base", "closed", "ends", "held", "packed", "recent", "subscribers")
 
-    RECENT = 32
-    """Events kept as they are; every ``RECENT`` more, the oldest ``RECENT`` are packed."""
+    RECENT = 8
+    """Events kept as they are, for the viewers that keep up; every ``RECENT`` more, the
+    oldest ``RECENT`` are packed, tokens onto the pack before them where they go on."""
 
     def __init__(self, base: int) -> None:
         self.base = base
@@ -140,11 +157,19 @@ class _Stream:
         self.recent.append(event)
         if len(self.recent) == 2 * self.RECENT:
             for _, group in groupby(self.recent[: self.RECENT], _pack_key):
-                events = list(group)
-                self.packed.append(_Deltas(cast(list[_Token], events)) if events[1:] else events[0])
-                self.held += len(events)
-                self.ends.append(self.held)
+                self._pack(list(group))
             del self.recent[: self.RECENT]
+
+    def _pack(self, events: list[Event]) -> None:
+        """Pack events of one ``_pack_key``, the next after those packed so far."""
+        last = self.packed[-1] if self.packed else None
+        self.held += len(events)
+        if isinstance(last, _Deltas) and last.goes_on_with(events[0]):
+            last.extend(cast(list[_Token], events))
+            self.ends[-1] = self.held
+        else:
+            self.packed.append(_Deltas(cast(list[_Token], events)) if events[1:] else events[0])
+            self.ends.append(self.held)
 
     def since(self, index: int) -> list[Event]:
         """Every event from the ``index``-th on (from 0)."""
