@@ -212,7 +212,8 @@ def test_a_stream_starts_through_the_middleware(live: LiveServer, surface: str) 
 
 def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
     """``StreamsOutside`` sends the body to the server's own ``send``: a live stream keeps
-    none of the middleware's coroutines alive, and its frames skip their ``send``."""
+    none of the middleware's coroutines, nor what they put in the scope, alive, and its
+    frames skip their ``send``."""
     chunks = [b"data: 1\n\n", b"data: 2\n\n"]
     ended: list[str] = []
     seen: list[str] = []
@@ -226,6 +227,8 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         )
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["fastapi_astack"] = "what the stack keeps for the request"
+
         async def wrapped(message: Message) -> None:
             seen.append(f"middleware saw {message['type']}")
             await send(message)
@@ -240,7 +243,8 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         await asyncio.sleep(10)
         return {"type": "http.disconnect"}
 
-    asyncio.run(StreamsOutside(middleware)({"type": "http"}, receive, server_send))
+    servers_scope: Scope = {"type": "http"}
+    asyncio.run(StreamsOutside(middleware)(servers_scope, receive, server_send))
 
     assert seen == [
         "middleware saw http.response.start",
@@ -251,3 +255,4 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         "sent http.response.body b''",
     ]
     assert ended == ["end"]
+    assert servers_scope == {"type": "http"}, "the connection keeps none of it"

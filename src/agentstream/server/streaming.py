@@ -156,7 +156,8 @@ class StreamsOutside:
             await self.app(scope, receive, send)
             return
         bodies: list[_Body] = []
-        scope[_OUTSIDE] = bodies
-        await self.app(scope, receive, send)
+        # A copy: what the stack keeps in it (exit stacks, the route, the request's state)
+        # goes with the stack, not with the connection, which keeps its scope.
+        await self.app({**scope, _OUTSIDE: bodies}, receive, send)
         for body in bodies:  # one at most
             await body(receive, send)
