@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -210,15 +211,25 @@ def test_a_stream_starts_through_the_middleware(live: LiveServer, surface: str) 
     assert sent.headers["content-type"] == "text/event-stream; charset=utf-8"
 
 
+REQUEST = ContextVar("request", default="none")
+"""As the request id of a request's log lines."""
+
+
+async def _never_disconnects() -> Message:
+    await asyncio.sleep(10)
+    return {"type": "http.disconnect"}
+
+
 def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
     """``StreamsOutside`` sends the body to the server's own ``send``: a live stream keeps
     none of the middleware's coroutines, nor what they put in the scope, alive, and its
-    frames skip their ``send``."""
+    frames skip their ``send``; the body still runs in the request's context."""
     chunks = [b"data: 1\n\n", b"data: 2\n\n"]
     ended: list[str] = []
     seen: list[str] = []
 
     async def next_chunk() -> bytes | None:
+        seen.append(f"next chunk for request {REQUEST.get()}")
         return chunks.pop(0) if chunks else None
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -233,26 +244,56 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
             seen.append(f"middleware saw {message['type']}")
             await send(message)
 
-        await endpoint(scope, receive, wrapped)
+        token = REQUEST.set("r1")
+        try:
+            await endpoint(scope, receive, wrapped)
+        finally:
+            REQUEST.reset(token)
         seen.append("middleware returned")
 
     async def server_send(message: Message) -> None:
         seen.append(f"sent {message['type']} {message.get('body', b'')!r}")
 
-    async def receive() -> Message:
-        await asyncio.sleep(10)
-        return {"type": "http.disconnect"}
-
     servers_scope: Scope = {"type": "http"}
-    asyncio.run(StreamsOutside(middleware)(servers_scope, receive, server_send))
+    asyncio.run(StreamsOutside(middleware)(servers_scope, _never_disconnects, server_send))
 
     assert seen == [
         "middleware saw http.response.start",
         "sent http.response.start b''",
         "middleware returned",
+        "next chunk for request r1",
         "sent http.response.body b'data: 1\\n\\n'",
+        "next chunk for request r1",
         "sent http.response.body b'data: 2\\n\\n'",
+        "next chunk for request r1",
         "sent http.response.body b''",
     ]
     assert ended == ["end"]
     assert servers_scope == {"type": "http"}, "the connection keeps none of it"
+
+
+def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> None:
+    """The stack raised after the response started (a failing teardown): its body is never
+    sent, and what a client's leaving does (cancel the run, give a chat's slot back) is
+    done."""
+    calls: list[str] = []
+
+    async def next_chunk() -> bytes | None:
+        calls.append("next chunk")
+        return None
+
+    async def failing(scope: Scope, receive: Receive, send: Send) -> None:
+        await EventStreamResponse(
+            next_chunk,
+            keepalive=5,
+            on_disconnect=lambda: calls.append("disconnect"),
+            on_end=lambda: calls.append("end"),
+        )(scope, receive, send)
+        raise RuntimeError("a teardown failed")
+
+    async def server_send(message: Message) -> None:
+        calls.append(message["type"])
+
+    with pytest.raises(RuntimeError, match="a teardown failed"):
+        asyncio.run(StreamsOutside(failing)({"type": "http"}, _never_disconnects, server_send))
+    assert calls == ["http.response.start", "disconnect", "end"]

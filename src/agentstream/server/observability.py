@@ -3,7 +3,8 @@
 ``RequestIdMiddleware`` is pure ASGI (no task or queue per message, unlike
 ``BaseHTTPMiddleware``): it takes the client's ``X-Request-Id`` if it is a sensible one,
 else makes one, sends it back on the response, and sets it for the request's log lines
-(and those of the runs the request starts, whose tasks inherit it).
+(and those of the runs the request starts, whose tasks inherit it, and of its stream's
+body, which ``server.streaming.StreamsOutside`` sends in the context it started in).
 """
 
 from __future__ import annotations

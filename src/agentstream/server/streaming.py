@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import Context, copy_context
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,9 +29,8 @@ SSE_HEADERS = {
 _KEEPALIVE = sse.comment("keepalive").encode()
 
 _OUTSIDE = "agentstream.streams_outside"
-"""The scope's key under which ``StreamsOutside`` takes the streams a request answers with."""
-
-_Body = Callable[[Receive, Send], Awaitable[None]]
+"""The scope's key under which ``StreamsOutside`` takes the streams a request answers with,
+each with the context it started in."""
 
 
 class EventStreamResponse(Response):
@@ -71,11 +71,11 @@ class EventStreamResponse(Response):
         except BaseException:
             self._ended()
             raise
-        outside: list[_Body] | None = scope.get(_OUTSIDE)
+        outside: list[tuple[EventStreamResponse, Context]] | None = scope.get(_OUTSIDE)
         if outside is None:
             await self.send_body(receive, send)
         else:
-            outside.append(self.send_body)
+            outside.append((self, copy_context()))
 
     async def send_body(self, receive: Receive, send: Send) -> None:
         LIVE_STREAMS.inc()
@@ -84,6 +84,13 @@ class EventStreamResponse(Response):
         finally:
             LIVE_STREAMS.dec()
             self._ended()
+
+    def abandon(self) -> None:
+        """The body will not be sent (the app failed after the start): as if the client had
+        left."""
+        if self._on_disconnect is not None:
+            self._on_disconnect()
+        self._ended()
 
     def _ended(self) -> None:
         if self._on_end is not None:
@@ -142,11 +149,15 @@ class EventStreamResponse(Response):
 class StreamsOutside:
     """The outermost ASGI layer of the app: a request answered with an
     ``EventStreamResponse`` returns through the middleware and routing once the response
-    has started, and its body is sent from here, to the server's own ``send``. A live
-    stream then keeps none of the stack's coroutines, exit stacks and closures alive, and
-    its frames skip the middleware's ``send`` wrappers, which only look at a response's
-    start. Middleware that changes a body would not see a stream's: there is none
-    (compressing an event stream would hold its frames back)."""
+    has started, and its body is sent from here, to the server's own ``send``, in the
+    context the response started in (the request's log fields). A live stream then keeps
+    none of the stack's coroutines, exit stacks and closures alive, and its frames skip
+    the middleware's ``send`` wrappers, which only look at a response's start.
+
+    So the stack must be done with a stream once it has started: middleware that changes
+    or ends a body (``BaseHTTPMiddleware``, which ends its response when the stack
+    returns) would break it, and FastAPI closes ``yield`` dependencies before the body. No
+    stream route has one; compressing an event stream would hold its frames back."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -155,9 +166,19 @@ class StreamsOutside:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        bodies: list[_Body] = []
-        # A copy: what the stack keeps in it (exit stacks, the route, the request's state)
-        # goes with the stack, not with the connection, which keeps its scope.
-        await self.app({**scope, _OUTSIDE: bodies}, receive, send)
-        for body in bodies:  # one at most
-            await body(receive, send)
+        streams: list[tuple[EventStreamResponse, Context]] = []
+        try:
+            # A copy: what the stack keeps in it (exit stacks, the route, the request's
+            # state) goes with the stack, not with the connection, which keeps its scope.
+            await self.app({**scope, _OUTSIDE: streams}, receive, send)
+        except BaseException:
+            for response, _ in streams:
+                response.abandon()
+            raise
+        for response, context in streams:  # one at most
+            restored = [(var, var.set(value)) for var, value in context.items()]
+            try:
+                await response.send_body(receive, send)
+            finally:
+                for var, token in reversed(restored):
+                    var.reset(token)
