@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import tracemalloc
 from collections.abc import AsyncGenerator
+from unittest.mock import patch
 
 import anyio
 import anyio.lowlevel
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from agentstream.agents import AgentSpec
 from agentstream.events import STEP_SEPARATOR, Event, ReasoningDelta, StepStarted, TextDelta
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
-from agentstream.runlog import RunLog
+from agentstream.runlog import RunLog, _Deltas
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 
@@ -130,20 +131,28 @@ def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
             st.integers(1, 2),
             st.sampled_from([None, "b"]),
             st.booleans(),
+            st.integers(1, 12),
         ),
-        min_size=64,
-        max_size=300,
+        min_size=8,
+        max_size=100,
     ),
     st.integers(0, 320),
     st.integers(0, 5),
+    st.integers(1, 40),
 )
 def test_a_viewer_from_any_seq_gets_the_very_events_appended(
-    script: list[tuple[str, int, str | None, bool]], after: int, base: int
+    runs: list[tuple[str, int, str | None, bool, int]], after: int, base: int, most: int
 ) -> None:
     """Older tokens are packed to save memory; what comes back out is equal to what went in,
     whatever mix of kinds, steps and blocks, from wherever a viewer joins, and for a viewer
     that reads along (now and then: each step's last flag) while the events under its
-    cursor are packed."""
+    cursor are packed, and whatever a pack may hold (``most``: small, so packs fill up).
+    ``runs``: events of one kind, step and block, so many times in a row."""
+    script = [
+        (kind, step_, block, reads)
+        for kind, step_, block, reads, times in runs
+        for _ in range(times)
+    ]
     appended = [
         step(seq) if kind == "step" else token(seq, kind, step_, block)
         for seq, (kind, step_, block, _) in enumerate(script, start=base + 1)
@@ -164,7 +173,8 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
         return read_along, await joined.next_batch(), await joined.next_batch()
 
     expected = [e for e in appended if e.seq > after]
-    assert asyncio.run(replayed()) == (expected, expected, [])
+    with patch.object(_Deltas, "MOST", most):
+        assert asyncio.run(replayed()) == (expected, expected, [])
 
 
 async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events() -> None:

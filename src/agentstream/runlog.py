@@ -72,7 +72,8 @@ class _Deltas:
     __slots__ = ("block_id", "ends", "first_seq", "kind", "run_id", "step", "text", "times")
 
     MOST = 1024
-    """Tokens in one pack at most: its text is copied each time it grows."""
+    """A pack takes more tokens while it holds fewer than this (it may end a few past it):
+    its text is copied each time it grows."""
 
     def __init__(self, tokens: list[_Token]) -> None:
         first = tokens[0]
