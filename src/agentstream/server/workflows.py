@@ -3,7 +3,7 @@ events (spec 002 "Workflow Streaming"), read, follow, replay and cancel executio
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -120,11 +120,11 @@ def _out(stored: StoredWorkflow) -> WorkflowOut:
 
 
 def _summary(record: ExecutionRecord) -> dict[str, Any]:
-    """The record's fields (an ``ExecutionSummary`` ignores its ``definition``) and how long
-    it ran."""
+    """The record's fields, not copied (an ``ExecutionSummary`` ignores the ``definition``,
+    and a list holds many), and how long it ran."""
     finished = record.finished_at
     return {
-        **asdict(record),
+        **{f.name: getattr(record, f.name) for f in fields(record)},
         "duration_ms": None
         if finished is None
         else round((finished - record.created_at).total_seconds() * 1000),
