@@ -23,6 +23,7 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.leases import SEAL_GAP
+from agentstream.runtime.supervisor import LiveRun
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
 from conftest import (
@@ -420,3 +421,21 @@ def test_concurrent_messages_on_one_session_get_one_run(server: LiveServer) -> N
     assert set(statuses) <= {200, 409}, statuses
     _, later = stream_frames(server, "demo", {"message": "hi"})
     assert later[-1]["event"] == "complete", "the server still runs runs"
+
+
+def test_whoever_waits_for_a_run_is_told_when_its_ending_is_recorded() -> None:
+    """Before the end or after it: the supervisor makes a run's ``done`` event only when
+    someone asks (most runs end with nobody waiting)."""
+
+    async def check() -> tuple[bool, bool, bool]:
+        early, late = LiveRun("r1"), LiveRun("r2")
+        waiting = early.done
+        set_before = waiting.is_set()
+        early.record_ended()
+        late.record_ended()
+        with anyio.fail_after(1):
+            await waiting.wait()
+            await late.done.wait()
+        return set_before, waiting.is_set(), late.done.is_set()
+
+    assert anyio.run(check) == (False, True, True)

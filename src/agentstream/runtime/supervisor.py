@@ -58,14 +58,30 @@ class Stopped:
 class LiveRun:
     run_id: str
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    """Set once the ending is recorded."""
     stopped: Stopped | None = None
     """Why it is being stopped, if it is: the first stop wins."""
+    recorded: bool = False
+    """Its ending is recorded."""
+    _done: anyio.Event | None = None
+
+    @property
+    def done(self) -> anyio.Event:
+        """Set once the ending is recorded. Made when first asked for: most runs end with
+        nobody waiting, and an event keeps a queue for its waiters, 760 bytes a live run."""
+        if self._done is None:
+            self._done = anyio.Event()
+            if self.recorded:
+                self._done.set()
+        return self._done
 
     def stop(self, status: FailureStatus, message: str) -> None:
         self.stopped = self.stopped or Stopped(status, message)
         self.scope.cancel()
+
+    def record_ended(self) -> None:
+        self.recorded = True
+        if self._done is not None:
+            self._done.set()
 
 
 class Supervisor:
@@ -168,7 +184,7 @@ class Supervisor:
                     finally:
                         if self._live.get(run_id) is live:
                             del self._live[run_id]
-                        live.done.set()
+                        live.record_ended()
 
         task = asyncio.create_task(run(), name=run_id)
         self._tasks.add(task)
