@@ -6,18 +6,22 @@ a chat's in-flight slot back; a GET follow only watches, so hanging up leaves th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import Request, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
+from agentstream.server import create_app
 from agentstream.server.streaming import EventStreamResponse, StreamsOutside
+from agentstream.sse import SSEDecoder
 from conftest import (
     LiveServer,
     latest_run_id,
@@ -25,6 +29,7 @@ from conftest import (
     serve,
     wait_until,
 )
+from fakes.server import run_app
 from fakes.test_app import call_wait_then_answer, wait
 
 CHAT = {"X-Sim-Stream-Protocol": "agent-events-v1"}
@@ -297,3 +302,28 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
     with pytest.raises(RuntimeError, match="a teardown failed"):
         asyncio.run(StreamsOutside(failing)({"type": "http"}, _never_disconnects, server_send))
     assert calls == ["http.response.start", "disconnect", "end"]
+
+
+def test_an_app_an_embedder_adds_http_middleware_to_still_streams(tmp_path: Path) -> None:
+    """``@app.middleware("http")`` (Starlette's ``BaseHTTPMiddleware``) ends a response when
+    the stack returns: with it, streams are sent from within the stack, as before."""
+    settings = make_settings(tmp_path)
+    app = create_app(settings)
+
+    @app.middleware("http")
+    async def tag(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Any:
+        response = await call_next(request)
+        response.headers["X-Tagged"] = "yes"
+        return response
+
+    key = settings.demo_key_file
+    with run_app(app, name="The server", lifespan="on") as url:
+        answer = httpx.post(
+            f"{url}/api/agents/demo/run/stream",
+            headers={"apikey": key.read_text().strip()},
+            json={"message": "hi"},
+            timeout=30,
+        )
+    frames = [event.json() for event in SSEDecoder().feed(answer.content)]
+    assert answer.headers["x-tagged"] == "yes"
+    assert (frames[0]["event"], frames[-1]["event"]) == ("start", "complete")

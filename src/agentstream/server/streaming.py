@@ -155,9 +155,10 @@ class StreamsOutside:
     the middleware's ``send`` wrappers, which only look at a response's start.
 
     So the stack must be done with a stream once it has started: middleware that changes
-    or ends a body (``BaseHTTPMiddleware``, which ends its response when the stack
-    returns) would break it, and FastAPI closes ``yield`` dependencies before the body. No
-    stream route has one; compressing an event stream would hold its frames back."""
+    or ends a body would break it (``BaseHTTPMiddleware`` ends its response when the stack
+    returns: the app is served without this layer if one was added), and FastAPI closes
+    ``yield`` dependencies before the body (no stream route has one). Compressing an event
+    stream would hold its frames back."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
