@@ -1,5 +1,5 @@
 """Profile the server under load with py-spy: ``python -m bench.profile [one|many|starts]
-[SECONDS]``.
+[SECONDS] [SYSTEM]`` (SYSTEM: ``agentstream``, the default, or ``agentstream-postgresql``).
 
 ``one`` replays scenario 1 (one unpaced stream of 10,000 tokens, over and over); ``many``
 holds scenario 2's load (concurrent streams at 30 tokens/s); ``starts`` runs of one
@@ -79,8 +79,9 @@ def _until_done(sampling: subprocess.Popen[bytes], target: Target, tokens: int) 
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "one"
     seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
+    system = sys.argv[3] if len(sys.argv) > 3 else "agentstream"
     paced = mode == "many"
-    with start("agentstream", token_delay=1 / RATE if paced else 0.0) as target:
+    with start(system, token_delay=1 / RATE if paced else 0.0) as target:
         target.stream(100)
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "profile.txt"
