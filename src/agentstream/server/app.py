@@ -112,7 +112,7 @@ def create_app(
         )
         for path in (settings.data_dir, settings.secret_key_file, settings.demo_key_file):
             make_private(path)  # an older version left them readable by others
-        store = await Store.open(settings.database)
+        store = await Store.open(settings.database, pool_size=settings.database_pool_size)
         try:
             cluster = Cluster(settings) if settings.cluster else None
             log = RunLog(

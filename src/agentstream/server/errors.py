@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -140,12 +141,17 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
             500, "internal_error", "Internal error; the server log has it", path=request.url.path
         )
     logger.error("The database is unavailable: %s", exc)
-    response = error_response(
-        503,
-        "unavailable",
-        "The database is unavailable; try again shortly",
-        path=request.url.path,
-    )
+    return _unavailable("The database is unavailable; try again shortly", request)
+
+
+async def _database_busy(request: Request, exc: Exception) -> JSONResponse:
+    """Every connection of the pool stayed busy for as long as a query waits for one."""
+    logger.error("The database is busy: %s", exc)
+    return _unavailable("The database is busy; try again shortly", request)
+
+
+def _unavailable(message: str, request: Request) -> JSONResponse:
+    response = error_response(503, "unavailable", message, path=request.url.path)
     response.headers["Retry-After"] = "5"
     return response
 
@@ -156,6 +162,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(ConnectionError, _database_error)
+    app.add_exception_handler(PoolTimeout, _database_busy)
 
 
 class BodyLimit:

@@ -151,6 +151,10 @@ class RunRecord:
     """The run that started this one (``RunRow.parent_run_id``)."""
 
 
+POOL_WAIT = 30.0
+"""Seconds a query waits for one of the pool's connections before it fails (a 503)."""
+
+
 class Store:
     """Agents, API keys, sessions with their messages, runs and their persisted events."""
 
@@ -163,11 +167,20 @@ class Store:
         self.console_sessions = ConsoleSessions(self.db)
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        """Connect and bring the schema to the latest migration."""
+    async def open(cls, url: str, *, pool_size: int = 15) -> Store:
+        """Connect and bring the schema to the latest migration. On PostgreSQL, the engine
+        keeps ``pool_size`` connections and opens no more: connections opened for a burst
+        and closed after it (SQLAlchemy's default overflow) cost each run of a busy process
+        a new connection, its TLS attempt and its statements prepared again."""
         if (database := sqlite_file(url)) is not None:
             _private_database(database)
-        engine = create_async_engine(url, pool_reset_on_return=None)
+        fixed: dict[str, Any] = {
+            "pool_size": pool_size,
+            "max_overflow": 0,
+            "pool_timeout": POOL_WAIT,
+        }
+        pool = {} if make_url(url).get_backend_name() == "sqlite" else fixed
+        engine = create_async_engine(url, pool_reset_on_return=None, **pool)
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         async with engine.connect() as connection:
