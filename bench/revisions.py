@@ -9,20 +9,25 @@ time moves much less than wall-clock time, so it shows a change of a few percent
 tokens per second hides in noise.
 
 With ``TOKENS`` small (``1``: what starting a run costs, scenario 2's ramp), each turn is
-``SHORT_RUNS`` runs back to back, and the figures are per run.
+``SHORT_RUNS`` runs back to back, and the figures are per run; ``--clients N`` sends them
+from N clients at once (what a busy process's pools see). ``--postgresql``: each server on
+a PostgreSQL database made for it (``bench.services``) instead of its SQLite file.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import statistics
 import subprocess
-import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 from bench.loopback import Server, cpu_seconds, post_stream, server_process
+from bench.services import postgres_database
 
 TOKENS = 10_000
 SHORT_RUNS = 100
@@ -38,18 +43,28 @@ def checkout(revision: str, folder: Path) -> None:
         tar.extractall(folder, filter="data")
 
 
-def compare(revision: str, rounds: int, tokens: int) -> dict[str, dict[str, float]]:
+def compare(
+    revision: str, rounds: int, tokens: int, *, clients: int = 1, postgresql: bool = False
+) -> dict[str, dict[str, float]]:
     request = f'{{"message": "Write {tokens} words", "reasoning": false}}'.encode()
     runs = 1 if tokens >= 1000 else SHORT_RUNS
     with (
         tempfile.TemporaryDirectory() as source,
         tempfile.TemporaryDirectory() as before_data,
         tempfile.TemporaryDirectory() as after_data,
+        ExitStack() as databases,
     ):
         checkout(revision, Path(source))
+
+        def store() -> dict[str, str]:
+            if not postgresql:
+                return {}
+            return {"AGENTSTREAM_DATABASE_URL": databases.enter_context(postgres_database())}
+
         with (
-            server_process("agentstream", before_data, source=Path(source)) as before,
-            server_process("agentstream", after_data) as after,
+            server_process("agentstream", before_data, env=store(), source=Path(source)) as before,
+            server_process("agentstream", after_data, env=store()) as after,
+            ThreadPoolExecutor(clients) as senders,
         ):
             servers = {revision: (before, before_data), "working tree": (after, after_data)}
             cpu: dict[str, list[float]] = {name: [] for name in servers}
@@ -57,7 +72,9 @@ def compare(revision: str, rounds: int, tokens: int) -> dict[str, dict[str, floa
 
             def stream(server: Server, data: str) -> float:
                 key = {"apikey": (Path(data) / "demo-key").read_text().strip()}
-                timings = [post_stream(server.port, PATH, request, key) for _ in range(runs)]
+                timings = list(
+                    senders.map(lambda _: post_stream(server.port, PATH, request, key), range(runs))
+                )
                 return sum(t.frames for t in timings) / sum(t.total for t in timings)
 
             for server, data in servers.values():
@@ -79,13 +96,21 @@ def compare(revision: str, rounds: int, tokens: int) -> dict[str, dict[str, floa
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    revision = sys.argv[1]
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 16
-    tokens = int(sys.argv[3]) if len(sys.argv) > 3 else TOKENS
-    result = compare(revision, rounds, tokens)
-    print(f"runs of {tokens:,} tokens, median of {rounds} turns each, taking turns")
+    parser = argparse.ArgumentParser(prog="python -m bench.revisions", description=__doc__)
+    parser.add_argument("revision")
+    parser.add_argument("rounds", nargs="?", type=int, default=16)
+    parser.add_argument("tokens", nargs="?", type=int, default=TOKENS)
+    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--postgresql", action="store_true")
+    args = parser.parse_args()
+    result = compare(
+        args.revision, args.rounds, args.tokens, clients=args.clients, postgresql=args.postgresql
+    )
+    store = "PostgreSQL" if args.postgresql else "SQLite"
+    print(
+        f"runs of {args.tokens:,} tokens on {store} from {args.clients} client(s), "
+        f"median of {args.rounds} turns each, taking turns"
+    )
     print(f"{'source':>14}  {'server CPU per run':>19}  {'frames/s':>9}")
     for name, figures in result.items():
         print(f"{name:>14}  {figures['cpu_ms']:>16.2f} ms  {figures['frames_per_s']:>9,.0f}")
