@@ -73,10 +73,21 @@ async def create_run(store: Store, run_id: str, session_id: str, owner: str = OW
     )
 
 
-async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: Path) -> None:
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_url: str) -> None:
+    """Events queued together go in together (one statement on PostgreSQL, outside a
+    transaction); a bad one fails its caller alone, and nothing of it is written."""
+    store = await Store.open(database_url)
+    run_1, run_2 = f"run_{uuid.uuid4().hex}", f"run_{uuid.uuid4().hex}"  # a shared database
     try:
-        await create_run(store, "run_1", "ses_1")
+        await create_run(store, run_1, f"ses_{uuid.uuid4().hex}")
         outcomes: dict[int, str] = {}
 
         async def append(seq: int, run_id: str) -> None:
@@ -88,19 +99,22 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(tmp_path: 
 
         async with anyio.create_task_group() as group:  # queued together: one group
             for seq in range(2, 12):
-                group.start_soon(append, seq, "run_1" if seq != 6 else "no_such_run")
+                group.start_soon(append, seq, run_1 if seq != 6 else "no_such_run")
         assert outcomes == {seq: "refused" if seq == 6 else "written" for seq in range(2, 12)}
 
-        await append(2, "run_2")  # refused: run_2 does not exist yet
+        await append(2, run_2)  # refused: run_2 does not exist yet
         assert outcomes[2] == "refused"
-        await create_run(store, "run_2", "ses_2")
-        await append(12, "run_1")  # must not carry the refused row along, now valid
+        await create_run(store, run_2, f"ses_{uuid.uuid4().hex}")
+        await append(12, run_1)  # must not carry the refused row along, now valid
+        ours = RunEventRow.run_id.in_([run_1, run_2, "no_such_run"])
         async with store.db.session() as db:
-            rows = (await db.execute(select(RunEventRow.run_id, RunEventRow.seq))).all()
+            rows = (await db.execute(select(RunEventRow.run_id, RunEventRow.seq).where(ours))).all()
         assert sorted(rows) == sorted(
-            [("run_1", seq) for seq in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12)] + [("run_2", 1)]
+            [(run_1, seq) for seq in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12)] + [(run_2, 1)]
         )
     finally:
+        for run_id in (run_1, run_2):  # not left running for the sweeps of other tests
+            await store.runs.mark_failed(run_id, "The test is over")
         await store.close()
 
 
@@ -239,14 +253,6 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
 
 
 # --- the one run path: agent runs and workflow executions alike ------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 def flow(workflow_id: str) -> Workflow:
