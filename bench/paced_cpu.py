@@ -135,6 +135,8 @@ async def _measure(variant: str, streams: int) -> float:
         cpu, counted = time.process_time() - cpu, frames[0] - counted
         for request in requests:
             request.cancel()
+        if not counted:
+            raise RuntimeError(f"{variant}: no frame in the window")
         return 1e6 * cpu / counted
 
 

@@ -85,7 +85,8 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_u
     """Events queued together go in together (one statement on PostgreSQL, outside a
     transaction); a bad one fails its caller alone, and nothing of it is written."""
     store = await Store.open(database_url)
-    run_1, run_2 = f"run_{uuid.uuid4().hex}", f"run_{uuid.uuid4().hex}"  # a shared database
+    # A shared database: ids of this test's own.
+    run_1, run_2, no_run = (f"run_{uuid.uuid4().hex}" for _ in range(3))
     try:
         await create_run(store, run_1, f"ses_{uuid.uuid4().hex}")
         outcomes: dict[int, str] = {}
@@ -99,14 +100,14 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_u
 
         async with anyio.create_task_group() as group:  # queued together: one group
             for seq in range(2, 12):
-                group.start_soon(append, seq, run_1 if seq != 6 else "no_such_run")
+                group.start_soon(append, seq, run_1 if seq != 6 else no_run)
         assert outcomes == {seq: "refused" if seq == 6 else "written" for seq in range(2, 12)}
 
         await append(2, run_2)  # refused: run_2 does not exist yet
         assert outcomes[2] == "refused"
         await create_run(store, run_2, f"ses_{uuid.uuid4().hex}")
         await append(12, run_1)  # must not carry the refused row along, now valid
-        ours = RunEventRow.run_id.in_([run_1, run_2, "no_such_run"])
+        ours = RunEventRow.run_id.in_([run_1, run_2, no_run])
         async with store.db.session() as db:
             rows = (await db.execute(select(RunEventRow.run_id, RunEventRow.seq).where(ours))).all()
         assert sorted(rows) == sorted(

@@ -47,8 +47,9 @@ class Settings(BaseSettings):
     Default: SQLite in ``data_dir``."""
     database_pool_size: int = Field(default=15, ge=1, le=1_000)
     """PostgreSQL: the connections each process keeps open and reuses, and the most it opens.
-    A query that finds them all busy waits for one (a request that waits 30 s is answered
-    503). Keep processes × this within the server's ``max_connections``."""
+    A query that finds them all busy waits for one, 30 s at most: a request's query then
+    answers 503, a run's write ends the run. Keep processes × this within the server's
+    ``max_connections``."""
     redis_url: str | None = None
     """Cluster mode, e.g. ``redis://host:6379/0``: with a PostgreSQL ``database_url``, the
     live log of runs (Redis Streams), cancels and chat limits are shared through this Redis,

@@ -146,7 +146,7 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _database_busy(request: Request, exc: Exception) -> JSONResponse:
     """Every connection of the pool stayed busy for as long as a query waits for one."""
-    logger.error("The database is busy: %s", exc)
+    logger.warning("The database is busy: %s", exc)
     return _unavailable("The database is busy; try again shortly", request)
 
 

@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 import anyio
 from sqlalchemy import Connection, Insert, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentstream.store.sqlite_file import SQLiteFile
@@ -48,8 +50,11 @@ class Database:
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
         self._grouping = anyio.Lock()
         self._waiting: list[_Insert] = []
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        """Statements that are whole on their own: no ``BEGIN`` and ``COMMIT`` round trips."""
+        self._autocommit: AsyncEngine | None = None
+        """On PostgreSQL, for statements that are whole on their own: no ``BEGIN`` and
+        ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
+        if engine.dialect.name == "postgresql":
+            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._file: SQLiteFile | None = None
         """The same SQLite file through the standard library's driver, for ``read`` and
         ``transact``."""
@@ -59,6 +64,7 @@ class Database:
             if timed is not None:
                 event.listen(timed, "before_cursor_execute", _started)
                 event.listen(timed, "after_cursor_execute", _returned)
+                event.listen(timed, "handle_error", _failed)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -67,12 +73,11 @@ class Database:
 
     async def read(self, work: Callable[[Connection], T]) -> T:
         """``work``'s read, one statement by key: on the event loop itself on a SQLite file
-        (it costs tens of µs there); elsewhere outside a transaction, since one statement
-        sees what is committed either way, without a ``BEGIN`` and a ``ROLLBACK`` around
-        it (two more round trips: a third less CPU a read on PostgreSQL)."""
+        (it costs tens of µs there); on PostgreSQL outside a transaction, since one
+        statement sees what is committed either way (a third less CPU a read)."""
         if self._file is not None:
             return self._file.read(work)
-        async with self._autocommit.connect() as connection:
+        async with (self._autocommit or self.engine).connect() as connection:
             return await connection.run_sync(work)
 
     async def transact(self, work: Callable[[Connection], T]) -> T:
@@ -134,9 +139,9 @@ class Database:
 
     async def _insert_group(self, group: list[_Insert]) -> None:
         try:
-            await self._add([rows for rows, _ in group])
-        except Exception:
-            if len(group) == 1:
+            await self._write_rows([rows for rows, _ in group])
+        except Exception as exc:
+            if len(group) == 1 or not _a_rows_fault(exc):
                 raise
             await self._insert_each(group)  # one bad row must not fail the others
         else:
@@ -146,22 +151,19 @@ class Database:
     async def _insert_each(self, group: list[_Insert]) -> None:
         for rows, written in group:
             try:
-                await self._add([rows])
+                await self._write_rows([rows])
             except Exception as exc:
                 written.set_exception(exc)
             else:
                 written.set_result(None)
 
-    async def _add(self, inserts: list[tuple[Base | None, ...]]) -> None:
-        """Every row of ``inserts`` (``_add_in_order``), or none. Rows of one table in one
-        position are one statement (with several rows, asyncpg's ``executemany``, atomic
-        too): on PostgreSQL it goes without a transaction around it, which saves two of
-        the three round trips of a run's persisted event."""
+    async def _write_rows(self, inserts: list[tuple[Base | None, ...]]) -> None:
+        """Every row of ``inserts`` (``_add_in_order``), or none. On PostgreSQL, one
+        statement goes without a transaction around it, which saves two of the three round
+        trips of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``,
+        is all-or-nothing by itself."""
         work = functools.partial(_add_in_order, inserts)
-        one_statement = all(len(rows) == 1 for rows in inserts) and (
-            len({type(rows[0]) for rows in inserts}) == 1
-        )
-        if one_statement and self.engine.dialect.name == "postgresql":
+        if self._autocommit is not None and _one_statement(inserts):
             async with self._autocommit.connect() as connection:
                 await connection.run_sync(work)
         else:
@@ -202,6 +204,20 @@ def _columns(table: type[Base]) -> tuple[str, ...]:
     return tuple(attribute.key for attribute in inspect(table).column_attrs)
 
 
+def _one_statement(inserts: list[tuple[Base | None, ...]]) -> bool:
+    """Rows of one table, in one position: ``_add_in_order`` makes them one INSERT."""
+    return all(len(rows) == 1 for rows in inserts) and len({type(r[0]) for r in inserts}) == 1
+
+
+def _a_rows_fault(exc: Exception) -> bool:
+    """The database refused a row (a key, a constraint, a value), or a value could not be
+    sent: rows written one by one, the others go in. Not a connection that failed or
+    could not be had, where writing them one by one would only wait as long again."""
+    return isinstance(exc, IntegrityError | DataError) or (
+        isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)
+    )
+
+
 def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:
     """Position by position: one INSERT per table for each, whatever the count."""
     for position in range(max(len(rows) for rows in inserts)):
@@ -219,6 +235,14 @@ every call, and this is every statement's path."""
 
 def _started(connection: Connection, *_: Any) -> None:
     connection.info.setdefault("agentstream_started", []).append(time.perf_counter())
+
+
+def _failed(context: ExceptionContext) -> None:
+    """A statement failed: its start is no longer timed."""
+    if context.connection is not None and context.execution_context is not None:
+        started = context.connection.info.get("agentstream_started")
+        if started:
+            started.pop()
 
 
 def _returned(connection: Connection, _cursor: Any, statement: str, *_: Any) -> None:

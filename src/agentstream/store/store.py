@@ -174,12 +174,9 @@ class Store:
         a new connection, its TLS attempt and its statements prepared again."""
         if (database := sqlite_file(url)) is not None:
             _private_database(database)
-        fixed: dict[str, Any] = {
-            "pool_size": pool_size,
-            "max_overflow": 0,
-            "pool_timeout": POOL_WAIT,
-        }
-        pool = {} if make_url(url).get_backend_name() == "sqlite" else fixed
+        pool: dict[str, Any] = {}
+        if make_url(url).get_backend_name() != "sqlite":
+            pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": POOL_WAIT}
         engine = create_async_engine(url, pool_reset_on_return=None, **pool)
         if engine.dialect.name == "sqlite":
             event.listen(engine.sync_engine, "connect", sqlite_pragmas)
