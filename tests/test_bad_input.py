@@ -297,3 +297,23 @@ def test_a_database_gone_away_is_503_with_retry_after_not_500(
             "message": "The database is unavailable; try again shortly",
             "field": None,
         }
+
+
+@pytest.mark.parametrize("body", [b"{", b'{"name": "\xff"}'], ids=["not-json", "not-utf-8"])
+def test_a_document_upload_sent_as_broken_json_is_refused_as_a_form_not_a_500(
+    server: LiveServer, body: bytes
+) -> None:
+    """The upload reads a form; a JSON content type with a body that is not JSON (or not
+    UTF-8) is refused like any body it cannot read, and nothing is added."""
+    with server.client() as client:
+        kb = client.post("/api/knowledge-bases", json={"name": "docs"}).json()["id"]
+        response = client.post(
+            f"/api/knowledge-bases/{kb}/documents",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        documents = client.get(f"/api/knowledge-bases/{kb}").json()["document_list"]
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "file"
+    assert documents == []

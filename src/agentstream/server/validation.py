@@ -37,7 +37,11 @@ async def check_request(request: Request) -> None:
         return  # the handler reads no body: neither does this
     content_type = request.headers.get("content-type", "").lower()
     if _is_json(content_type) and await request.body():
-        _check(await request.json())  # parsed (and kept) by FastAPI already
+        try:
+            body = await request.json()  # parsed (and kept) by FastAPI already
+        except ValueError:  # not JSON, or not UTF-8: a route that reads a form got it
+            return  # and refuses it as a form it cannot read (a 422), not this check
+        _check(body)
     elif content_type.startswith(FORMS):
         for name, item in (await request.form()).multi_items():
             _check(item.filename or "" if isinstance(item, UploadFile) else item, name)
