@@ -222,7 +222,8 @@ def test_a_run_cut_off_by_a_crash_ends_with_its_terminal_event(
     ):
         decoder = SSEDecoder()
         seen: list[dict[str, Any]] = []
-        for chunk in response.iter_bytes():
+        chunks = response.iter_bytes()  # held: an iterator let go closes the connection,
+        for chunk in chunks:  # and the run would be cancelled (its tool settled) before the crash
             seen += [e.json() for e in decoder.feed(chunk)]
             if any(frame["event"] == "tool_call" for frame in seen):
                 break
