@@ -90,6 +90,8 @@ def test_streams_token_by_token_and_reports_usage() -> None:
     parts = turn(user("Write 50 words please"))
     deltas = [p for p in parts if isinstance(p, TextPart)]
     assert len(deltas) == 50
+    assert [p.delta for p in deltas[:3]] == ["word1", " word2", " word3"]
+    assert text(parts) == " ".join(f"word{i}" for i in range(1, 51))
     usage = next(p.usage for p in parts if isinstance(p, UsagePart))
     assert usage.output_tokens == 50
     assert usage.input_tokens == 4

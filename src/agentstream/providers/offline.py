@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from typing import Any
 
 from agentstream.events import Usage
@@ -73,12 +73,13 @@ class OfflineModel:
                 await self._pace(emitted)
                 yield ReasoningPart(token)
 
+        answer: Iterable[str]
         if calls:
             names = " and the ".join(name for name, _ in calls)
-            text = f"Let me use the {names} tool."
+            answer = tokens(f"Let me use the {names} tool.")
         else:
-            text = _answer(question, asked[:-1], results)
-        for token in tokens(text):
+            answer = _answer(question, asked[:-1], results)
+        for token in answer:
             emitted += 1
             await self._pace(emitted)
             yield TextPart(token)
@@ -161,16 +162,30 @@ def _summary(
     return "Answered directly; no tool needed."
 
 
-def _answer(question: str, earlier: Sequence[str], results: Sequence[tuple[str, str]]) -> str:
+def _answer(
+    question: str, earlier: Sequence[str], results: Sequence[tuple[str, str]]
+) -> Iterable[str]:
+    """The answer's tokens: a long one is made as it streams, not all before its first
+    token (10,000 words took 1.3 ms at once, every other stream of the process waiting)."""
+    asks_for_words = not results and not _RECALL.search(question)
+    if asks_for_words and (match := _WORD_COUNT.search(question[:_SCANNED])):
+        return _words(min(int(match.group(1)), _MAX_WORDS))
+    return tokens(_answer_text(question, earlier, results))
+
+
+def _words(count: int) -> Iterator[str]:
+    """``tokens("word1 word2 ... word<count>")``, one at a time."""
+    for i in range(1, count + 1):
+        yield f" word{i}" if i > 1 else "word1"
+
+
+def _answer_text(question: str, earlier: Sequence[str], results: Sequence[tuple[str, str]]) -> str:
     if results:
         return " ".join(_describe(name, result) for name, result in results)
     if _RECALL.search(question):
         if earlier:
             return f"Earlier you asked: {earlier[-1]!r}."
         return "This is the start of our conversation."
-    if match := _WORD_COUNT.search(question[:_SCANNED]):
-        count = min(int(match.group(1)), _MAX_WORDS)
-        return " ".join(f"word{i}" for i in range(1, count + 1))
     if re.search(r"\b(hi|hello|hey)\b", question, re.IGNORECASE):
         return "Hi! I'm the offline demo model, a rule-based stand-in for a real LLM."
     return (
