@@ -48,6 +48,12 @@ class Run:
     paused: bool
     """It stopped for an approval (no terminal event yet)."""
 
+    @property
+    def stored_texts(self) -> list[str]:
+        """What the store keeps of ``texts``: the final turn's only (spec 000: an
+        intermediate preamble is never persisted)."""
+        return [self.answer] if self.answer else []
+
 
 @st.composite
 def agent_runs(draw: st.DrawFn) -> Run:

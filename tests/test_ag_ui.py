@@ -68,11 +68,11 @@ def test_a_tool_using_run_with_reasoning(node: str, live: LiveServer) -> None:
     results = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert [r["content"] for r in results] == [str(c["result"]) for c in stored["tool_calls"]]
     assistant = [m for m in read["messages"] if m["role"] == "assistant"]
-    preamble = [f["text"] for f in stored["events"] if f["event"] == "preamble"]
     assert [m.get("content") for m in assistant if m.get("content")] == [
-        *preamble,
+        "Let me use the calculator tool.",
         stored["content"],
     ]
+    assert "Let me use" not in str(stored["events"]), "a preamble is shown live, never stored"
     assert any(m.get("toolCalls") for m in assistant)
     reasoning = [m["content"] for m in read["messages"] if m["role"] == "reasoning"]
     assert "\n\n".join(reasoning) == stored["reasoning"]

@@ -81,14 +81,17 @@ def test_events_are_well_formed(run: Run) -> None:
 
 @given(agent_runs())
 def test_messages_hold_each_step_s_text(run: Run) -> None:
-    for events in (run.live, run.stored) if run.answer is not None else (run.live,):
+    read = [(run.live, run.texts)]
+    if run.answer is not None:
+        read.append((run.stored, run.stored_texts))
+    for events, expected in read:
         texts: dict[str, str] = {}
         for frame in frames(events):
             if frame["type"] == "TEXT_MESSAGE_START":
                 texts[frame["messageId"]] = ""
             if frame["type"] == "TEXT_MESSAGE_CONTENT":
                 texts[frame["messageId"]] += frame["delta"]
-        assert [t for t in texts.values() if t] == run.texts
+        assert [t for t in texts.values() if t] == expected
 
 
 @given(agent_runs(), st.data())

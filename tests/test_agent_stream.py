@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ def test_replay_is_the_stream_without_deltas(server: LiveServer) -> None:
     streamed = [
         {"seq": seq, **frame}
         for seq, frame in zip(ids, frames, strict=True)
-        if frame["event"] not in ("content_delta", "reasoning_delta")
+        if frame["event"] not in ("content_delta", "reasoning_delta", "preamble")
     ]
     assert run["events"] == streamed
     assert run["status"] == "completed"
@@ -186,9 +187,10 @@ def test_replay_is_the_stream_without_deltas(server: LiveServer) -> None:
     assert run["finished_at"] >= run["created_at"]
 
 
-def test_the_record_gives_back_the_text_a_client_assembled_live(server: LiveServer) -> None:
+def test_the_preamble_is_shown_live_and_never_persisted(server: LiveServer) -> None:
     """Joining the content_delta frames gives each step's text in turn, a later one after a
-    blank line; the record has the same per step: the preambles, then the answer."""
+    blank line, and a preamble frame has the first step's whole; the record keeps the
+    final-turn text only (spec 000: "intermediate preamble is never persisted")."""
     _, frames = stream_frames(server, "demo", {"message": "What is 6 × 7? And the time?"})
     with server.client() as client:
         run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
@@ -196,11 +198,9 @@ def test_the_record_gives_back_the_text_a_client_assembled_live(server: LiveServ
     live = "".join(f["delta"] for f in frames if f["event"] == "content_delta")
     preamble = "Let me use the calculator and the current_time tool."
     assert live.startswith(f"{preamble}\n\nThe answer is 42. The current time is ")
-    assert [(e["step"], e["text"]) for e in run["events"] if e["event"] == "preamble"] == [
-        (1, preamble)
-    ]
+    assert [(f["step"], f["text"]) for f in frames if f["event"] == "preamble"] == [(1, preamble)]
     assert run["content"] == frames[-1]["content"] == live.removeprefix(f"{preamble}\n\n")
-    assert "\n\n".join([preamble, run["content"]]) == live
+    assert "Let me use" not in json.dumps(run)
 
 
 def test_session_continues_the_conversation(server: LiveServer) -> None:

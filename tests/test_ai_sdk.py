@@ -65,8 +65,8 @@ def test_a_tool_using_answer_with_reasoning(node: str, live: LiveServer) -> None
     assert kinds[:2] == ["start", "start-step"]
     assert kinds[-2:] == ["finish-step", "finish"]
     assert read["chunks"][-1]["finishReason"] == "stop"
-    preamble = [f["text"] for f in run["events"] if f["event"] == "preamble"]
-    assert texts(message) == [*preamble, run["content"]]
+    assert texts(message) == ["Let me use the calculator tool.", run["content"]]
+    assert "Let me use" not in str(run["events"]), "a preamble is shown live, never stored"
     reasoning = [part["text"] for part in message["parts"] if part["type"] == "reasoning"]
     assert "\n\n".join(reasoning) == run["reasoning"]
     tools = [part for part in message["parts"] if part["type"] == "dynamic-tool"]

@@ -142,7 +142,8 @@ def test_sigkill_of_the_process_running_a_run_ends_it_interrupted_for_every_view
     assert following[-1] == {**stopped, "seq": following[-1]["seq"]}
     assert following[-1]["seq"] > before[-1]["seq"], "after everything its viewers saw"
     assert (run["status"], run["error"]) == ("interrupted", stopped["message"])
-    persisted = [f for f in before if f["event"] not in ("content_delta", "reasoning_delta")]
+    forwarded_only = ("content_delta", "reasoning_delta", "preamble")
+    persisted = [f for f in before if f["event"] not in forwarded_only]
     assert run["events"][: len(persisted)] == persisted, "what was stored before the kill"
     assert run["events"][-1] == following[-1]
 

@@ -162,9 +162,10 @@ def test_events_round_trip_through_json(event: Event) -> None:
     assert EventAdapter.validate_json(dumped) == event
 
 
-def test_only_deltas_are_forwarded_only() -> None:
+def test_only_deltas_and_preambles_are_forwarded_only() -> None:
+    """Spec 000: "intermediate preamble is never persisted"."""
     forwarded_only = {type(e).__name__ for e, _ in CASES if not type(e).persisted}
-    assert forwarded_only == {"EntityChunk", "ReasoningDelta", "TextDelta"}
+    assert forwarded_only == {"EntityChunk", "ReasoningDelta", "TextDelta", "TextRetracted"}
 
 
 def test_live_viewers_are_not_shown_entity_text_twice() -> None:

@@ -350,8 +350,9 @@ def said(frames: list[Frame]) -> dict[str, str]:
 
 def test_replay_shows_what_each_entity_said_once(tmp_path: Path) -> None:
     """Live, each entity's text comes once, as deltas; the record and the replay stream
-    (once the live log is gone: another server on the same store) have it whole, one
-    entity_chunk per delegation, where the delegation's deltas would have been."""
+    (once the live log is gone: another server on the same store) have its final-turn text
+    whole, one entity_chunk per delegation, where the delegation's deltas would have been:
+    an entity's preamble is never persisted, as the run's own is not."""
     question = {"message": "What is 6 * 7 and what time is it?"}
     with serve(make_settings(tmp_path)) as first:
         ids, frames = stream_frames(first, "team", question)
@@ -375,12 +376,15 @@ def test_replay_shows_what_each_entity_said_once(tmp_path: Path) -> None:
         ]
 
     assert replayed == run["events"], "the replay stream is the record's events"
-    assert said(run["events"]) == live_said
+    assert said(run["events"]) == {
+        entity_run_id: text.split("\n\n")[-1] for entity_run_id, text in live_said.items()
+    }
+    assert "Let me use" not in str(run["events"])
     assert [e["event"] for e in run["events"]].count("entity_chunk") == 2
     streamed = [
         {"seq": seq, **frame}
         for seq, frame in zip(ids, frames, strict=True)
-        if frame["event"] not in DELTAS
+        if frame["event"] not in (*DELTAS, "preamble")
     ]
     assert [e for e in run["events"] if e["event"] != "entity_chunk"] == streamed
     for chunk in (e for e in run["events"] if e["event"] == "entity_chunk"):

@@ -64,7 +64,7 @@ def test_chunks_are_well_formed(run: Run) -> None:
 def test_the_message_holds_each_step_s_text(run: Run) -> None:
     assert parts(chunks(run.live), "text") == run.texts
     if run.answer is not None or run.paused:  # a failed step's text was never settled
-        assert parts(chunks(run.stored), "text") == run.texts  # read back: one delta each
+        assert parts(chunks(run.stored), "text") == run.stored_texts  # read back: one delta
 
 
 @given(agent_runs(), st.data())

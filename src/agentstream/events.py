@@ -185,9 +185,12 @@ STEP_SEPARATOR = "\n\n"
 class TextRetracted(_StepScoped):
     """The turn resolved to tool calls: the text it streamed was preamble, not answer.
 
-    Answer-only surfaces (public chat, canvas) take that text back. It is persisted with its
-    step, so the native run record keeps what native clients were shown live."""
+    Answer-only surfaces (public chat, canvas) take that text back; the native one shows it
+    whole. Forwarded only, like the deltas it retracts: a run's record, its conversation
+    memory and its output keep final-turn text only (spec 000: "intermediate preamble is
+    never persisted")."""
 
+    persisted: ClassVar[bool] = False
     type: Literal["text_retracted"] = "text_retracted"
     text: str
     """The step's preamble, whole (without a ``separator``)."""
