@@ -270,6 +270,9 @@ def paused_run() -> list[Event]:
 
 
 def test_a_paused_run_says_the_answer_waits_for_approval() -> None:
+    """The final envelope tells every client; the approval_required frame is part of the
+    tool lifecycle: header and include_tool_calls (spec 000: the header alone exposes
+    nothing)."""
     final = {
         "event": "final",
         "data": {
@@ -281,10 +284,7 @@ def test_a_paused_run_says_the_answer_waits_for_approval() -> None:
     }
     shown = {
         ChatPolicy(protocol_v1=False, include_tool_calls=True): [final],
-        ChatPolicy(protocol_v1=True): [
-            {"blockId": "b", "event": "approval_required"},
-            final,
-        ],
+        ChatPolicy(protocol_v1=True): [final],
         ChatPolicy(protocol_v1=True, include_tool_calls=True): [
             {"blockId": "b", "event": "tool", "phase": "start", "id": "c1", "name": "calculator"},
             {"blockId": "b", "event": "approval_required", "id": "c1", "name": "calculator"},

@@ -172,12 +172,14 @@ class ChatBlock:
         return [frame | {"status": status}] if phase == "end" else [frame]
 
     def approval_required(self, call_id: str, name: str) -> list[Frame]:
-        """The answer waits for a person to approve a tool call: said to clients that speak
-        the protocol; which call, only where tool frames are shown. Never its arguments."""
-        if not self.policy.protocol_v1:
+        """The answer waits for a person to approve a tool call: part of the tool lifecycle,
+        so shown where tool frames are (the header alone exposes nothing; ``final`` says
+        ``awaitingApproval`` to every client). Never its arguments."""
+        if not self.policy.tools:
             return []
-        frame: Frame = {"blockId": self.block_id, "event": "approval_required"}
-        return [frame | {"id": call_id, "name": name} if self.policy.tools else frame]
+        return [
+            {"blockId": self.block_id, "event": "approval_required", "id": call_id, "name": name}
+        ]
 
     def _thinking(self, segment: int, text: str) -> list[Frame]:
         """Within the block's cap; a new segment starts a new paragraph."""
@@ -414,13 +416,13 @@ class ChatToolFrame(_Frame):
 
 
 class ChatApprovalRequiredFrame(_Frame):
-    """The answer waits for a person to approve a tool call (header only); which call, only
-    where tool frames are shown."""
+    """The answer waits for a person to approve a tool call (where tool frames are shown:
+    the header and ``include_tool_calls``)."""
 
     blockId: str
     event: Literal["approval_required"]
-    id: str | None = None
-    name: str | None = None
+    id: str
+    name: str
 
 
 class ChatToolCall(_Frame):
