@@ -4,11 +4,14 @@ redaction on its output, or reading such an output, is never forwarded live."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import LiveServer, read_events
+from agentstream.sse import SSEDecoder
+from agentstream.views.canvas import LIVE_ONLY
+from conftest import LiveServer, make_settings, read_events, serve
 
 EMAIL = "jane.doe@example.com"
 
@@ -132,3 +135,42 @@ def test_fields_that_cannot_be_honoured_are_refused(
         assert response.status_code == 422
         assert response.json()["error"]["field"] == field
         assert client.get("/api/workflows/greeter/executions").json() == []
+
+
+def test_a_viewer_that_connects_mid_run_gets_only_what_follows_live(tmp_path: Path) -> None:
+    """Spec 000, "Reconnect": stream:chunk, stream:chunk_reset, stream:thinking and
+    stream:tool are live-only. A viewer that connects while the run goes on gets what
+    already happened without them, then the run as it happens, with them; once the run is
+    over, a replay has none."""
+    with (
+        serve(make_settings(tmp_path, offline_token_delay=0.02)) as live,
+        live.client() as client,
+        client.stream(
+            "POST", "/api/workflows/demo-parallel/execute", json={"input": "17 * 23"}
+        ) as posted,
+    ):
+        decoder, seen = SSEDecoder(), []
+        chunks = posted.iter_bytes()
+        for chunk in chunks:
+            seen += [json.loads(e.data) for e in decoder.feed(chunk)]
+            if sum(f["type"] == "stream:chunk" for f in seen) >= 3:
+                break
+        before = max(f["eventId"] for f in seen)
+        execution_id = seen[0]["executionId"]
+        with client.stream("GET", f"/api/workflows/executions/{execution_id}/canvas") as joined:
+            followed = [json.loads(e.data) for e in read_events(joined)]
+        replayed = [
+            json.loads(e.data)
+            for e in read_events(client.get(f"/api/workflows/executions/{execution_id}/canvas"))
+        ]
+
+    assert followed[0]["type"] == "execution:started"
+    assert followed[-1]["type"] == "execution:completed"
+    happened = [f for f in followed if f["eventId"] <= before]
+    assert [f for f in happened if f["type"] in LIVE_ONLY] == []
+    assert {"block:started"} <= {f["type"] for f in happened}
+    assert "stream:chunk" in {f["type"] for f in followed if f["eventId"] > before}
+    assert [f for f in replayed if f["type"] in LIVE_ONLY] == []
+    assert [f for f in replayed if f["type"] not in LIVE_ONLY] == [
+        f for f in followed if f["type"] not in LIVE_ONLY
+    ]

@@ -40,7 +40,7 @@ from agentstream.runtime.executions import terminal
 from agentstream.runtime.tools import ToolRegistry
 from agentstream.server.streams import encode_events
 from agentstream.sse import SSEDecoder
-from agentstream.views.canvas import CanvasPolicy, CanvasView
+from agentstream.views.canvas import LIVE_ONLY, CanvasPolicy, CanvasView
 from agentstream.views.chat import THINKING_CAP
 from agentstream.workflows import WorkflowEngine, parse_workflow
 
@@ -269,21 +269,34 @@ def test_a_redacted_block_forwards_nothing_live_and_completes_redacted() -> None
     policy = CanvasPolicy(redacted_blocks={"secret"})
     frames = render(events, policy)
     secret = [f for f in frames if f["data"].get("blockId") == "secret"]
-    assert [f["type"] for f in secret] == [
-        "block:started",
-        "stream:tool",
-        "stream:tool",
-        "block:completed",
-        "block:error",
-    ]
-    assert secret[3]["data"]["output"] == {"content": "Write to [EMAIL]"}
-    assert secret[4]["data"]["error"] == "bad address [EMAIL]"
+    assert [f["type"] for f in secret] == ["block:started", "block:completed", "block:error"]
+    assert secret[1]["data"]["output"] == {"content": "Write to [EMAIL]"}
+    assert secret[2]["data"]["error"] == "bad address [EMAIL]"
     assert "@example.com" not in json.dumps(secret)
     assert frames[-1]["data"] == {"result": {"answer": "[EMAIL]"}}
     # The other block is unaffected: live text, live thinking, output as is.
     opened = [f for f in frames if f["data"].get("blockId") == "open"]
     assert [f["type"] for f in render(agent_block(Events(), "open"))] == [f["type"] for f in opened]
     assert opened[-1]["data"]["output"] == {"content": "Write to ann@example.com"}
+
+
+def test_a_reconnect_gets_what_happened_without_the_live_only_frames() -> None:
+    """Spec 000: stream:chunk, stream:chunk_reset, stream:thinking and stream:tool are
+    live-only, not buffered for a reconnect's replay; everything else is."""
+    e = Events()
+    events = [e(RunStarted, workflow_id="wf"), *agent_block(e, "a"), e(RunCompleted, result=1)]
+    view = CanvasView(workflow_id="wf")
+    replayed = [frame for event in events for frame in view.replayed(event)]
+    watched = render(events)
+    assert {f["type"] for f in watched} >= LIVE_ONLY
+    assert replayed == [f for f in watched if f["type"] not in LIVE_ONLY]
+    assert [f["type"] for f in replayed] == [
+        "execution:started",
+        "block:started",
+        "stream:done",
+        "block:completed",
+        "execution:completed",
+    ]
 
 
 def test_the_result_is_not_redacted_when_no_redacted_block_ran() -> None:
@@ -350,7 +363,7 @@ def test_no_tool_frame_carries_arguments_or_results(
         for i, (block_id, phase, marker, status) in enumerate(tools)
     ]
     frames = render(events, CanvasPolicy(redacted_blocks=redacted))
-    assert len(frames) == len(events)
+    assert len(frames) == len([tool for tool in tools if tool[0] not in redacted])
     assert "ARG" not in json.dumps(frames)
     for f in frames:
         assert set(f["data"]) <= {"blockId", "phase", "id", "name", "status"}

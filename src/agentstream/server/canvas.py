@@ -4,11 +4,13 @@ that draws them."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Response
 from pydantic import ConfigDict, Field, field_validator
 
+from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import (
@@ -21,7 +23,7 @@ from agentstream.server.openapi import (
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.server.workflows import execution_or_404, parse_as, workflow_or_404
-from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView
+from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView, Frame
 from agentstream.workflows import Workflow
 from agentstream.workflows.definition import Block
 from agentstream.workflows.expressions import ExpressionError, parse_expression
@@ -156,18 +158,24 @@ async def execute_draft(
     tags=["workflows"],
 )
 async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
-    """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: live while
-    it is in the live log (deltas included), else its persisted events (replay); the same
-    frames from there as a client that watched from the start got. Disconnecting does not
-    cancel. ``204 No Content`` when there is nothing more."""
+    """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: what
+    already happened (from the live log, or the store once it is gone) without the live-only
+    ``stream:*`` frames, then what happens, live. Disconnecting does not cancel. ``204 No
+    Content`` when there is nothing more."""
     record = await execution_or_404(svc, execution_id)
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
+    connected = time.time()
+
+    def frames(event: Event) -> list[Frame]:
+        """Live-only frames for what happens from now on, not for what happened before."""
+        return view.frames(event) if event.ts >= connected else view.replayed(event)
+
     return await follow(
         svc.supervisor,
         execution_id,
         lambda: svc.workflows.execution_events(execution_id),
-        view.frames,
+        frames,
         after=after,
         keepalive=svc.settings.keepalive_seconds,
         whole_run=True,

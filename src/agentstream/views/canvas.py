@@ -13,12 +13,17 @@ Rules:
   that streamed). Settled text (``block_chunk`` on the native surface) is not shown: the live deltas
   already were.
 - Thinking goes out live as ``stream:thinking``, capped per block at ``THINKING_CAP``.
-  Replayed executions have no deltas, only assembled segments: those are shown instead.
+  Executions read back from the store have no deltas, only assembled segments: those are
+  shown instead.
 - ``stream:tool`` carries name and lifecycle only, never arguments or results.
+- ``stream:chunk``, ``stream:chunk_reset``, ``stream:thinking`` and ``stream:tool`` are
+  live-only: a viewer that (re)connects is not sent them for what happened before it did
+  (``CanvasView.replayed``).
 - A block's output arrives once, in ``block:completed`` (the frame of ``block_completed``;
   ``block_output`` only records it). Skipped blocks get ``block:skipped``.
 - PII redaction on a block's output disables live forwarding for that block: no
-  ``stream:chunk`` / ``stream:chunk_reset`` / ``stream:thinking`` / ``stream:done`` for it;
+  ``stream:chunk`` / ``stream:chunk_reset`` / ``stream:thinking`` / ``stream:tool`` /
+  ``stream:done`` for it;
   its output and error arrive redacted, and so does the execution's result once a redacted
   block has completed (a response block may quote it).
 
@@ -66,7 +71,14 @@ from agentstream.events import (
 from agentstream.redaction import redact as default_redact
 from agentstream.views.chat import THINKING_CAP
 
-__all__ = ["CanvasFrame", "CanvasFrameAdapter", "CanvasPolicy", "CanvasView", "redact_value"]
+__all__ = [
+    "LIVE_ONLY",
+    "CanvasFrame",
+    "CanvasFrameAdapter",
+    "CanvasPolicy",
+    "CanvasView",
+    "redact_value",
+]
 
 Frame = dict[str, Any]
 
@@ -91,6 +103,11 @@ def redact_value(value: Any, redact: Callable[[str], str]) -> Any:
             return [redact_value(v, redact) for v in value]
         case _:
             return value
+
+
+LIVE_ONLY = frozenset({"stream:chunk", "stream:chunk_reset", "stream:thinking", "stream:tool"})
+"""Frames that go to those watching as they happen, and are not buffered for a reconnect's
+replay (spec 000, "Reconnect"), as a public chat's answer chunks."""
 
 
 @dataclass(slots=True)
@@ -134,6 +151,11 @@ class CanvasView:
             }
         ]
 
+    def replayed(self, event: Event) -> list[Frame]:
+        """``frames`` for an event that happened before its viewer connected: without the
+        live-only ones (``LIVE_ONLY``)."""
+        return [frame for frame in self.frames(event) if frame["type"] not in LIVE_ONLY]
+
     def _data(self, event: Event) -> tuple[str, Frame] | None:
         policy = self.policy
         block_id = event.block_id or ""
@@ -174,6 +196,8 @@ class CanvasView:
                     text = "\n\n" + text
                 return self._thinking(block_id, block, text)
             case ToolCall(call_id=call_id, tool_name=name):
+                if self._redacted(block_id):
+                    return None
                 return "stream:tool", {
                     "blockId": block_id,
                     "phase": "start",
@@ -181,6 +205,8 @@ class CanvasView:
                     "name": name,
                 }
             case ToolResult(call_id=call_id, tool_name=name, status=status):
+                if self._redacted(block_id):
+                    return None
                 return "stream:tool", {
                     "blockId": block_id,
                     "phase": "end",

@@ -69,8 +69,8 @@ def frame(event: Event) -> dict[str, Any] | None:
 def _body(event: Event) -> dict[str, Any] | None:
     block_id = event.block_id
     match event:
-        case TextDelta(delta=delta):
-            return {"event": "content_delta", "block_id": block_id, "delta": delta}
+        case TextDelta(delta=delta, separator=separator):  # as the agent's own stream
+            return {"event": "content_delta", "block_id": block_id, "delta": separator + delta}
         case ReasoningDelta(delta=delta):
             return {"event": "reasoning_delta", "block_id": block_id, "delta": delta}
         case Text(text=text):
