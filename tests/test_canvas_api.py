@@ -141,7 +141,7 @@ def test_a_viewer_that_connects_mid_run_gets_only_what_follows_live(tmp_path: Pa
     """Spec 000, "Reconnect": stream:chunk, stream:chunk_reset, stream:thinking and
     stream:tool are live-only. A viewer that connects while the run goes on gets what
     already happened without them, then the run as it happens, with them; once the run is
-    over, a replay has none."""
+    over, a replay has none, unless it asks for the full history."""
     with (
         serve(make_settings(tmp_path, offline_token_delay=0.02)) as live,
         live.client() as client,
@@ -149,28 +149,31 @@ def test_a_viewer_that_connects_mid_run_gets_only_what_follows_live(tmp_path: Pa
             "POST", "/api/workflows/demo-parallel/execute", json={"input": "17 * 23"}
         ) as posted,
     ):
-        decoder, seen = SSEDecoder(), []
-        chunks = posted.iter_bytes()
+        decoder, watched = SSEDecoder(), []
+        chunks = posted.iter_bytes()  # held: let go, it would close the stream (a cancel)
         for chunk in chunks:
-            seen += [json.loads(e.data) for e in decoder.feed(chunk)]
-            if sum(f["type"] == "stream:chunk" for f in seen) >= 3:
+            watched += [json.loads(e.data) for e in decoder.feed(chunk)]
+            if sum(f["type"] == "stream:chunk" for f in watched) >= 3:
                 break
-        before = max(f["eventId"] for f in seen)
-        execution_id = seen[0]["executionId"]
-        with client.stream("GET", f"/api/workflows/executions/{execution_id}/canvas") as joined:
+        before = max(f["eventId"] for f in watched)
+        canvas = f"/api/workflows/executions/{watched[0]['executionId']}/canvas"
+        with client.stream("GET", canvas) as joined:
             followed = [json.loads(e.data) for e in read_events(joined)]
-        replayed = [
-            json.loads(e.data)
-            for e in read_events(client.get(f"/api/workflows/executions/{execution_id}/canvas"))
-        ]
+        for chunk in chunks:
+            watched += [json.loads(e.data) for e in decoder.feed(chunk)]
+        replayed = [json.loads(e.data) for e in read_events(client.get(canvas))]
+        full = [json.loads(e.data) for e in read_events(client.get(f"{canvas}?full_history=1"))]
 
     assert followed[0]["type"] == "execution:started"
     assert followed[-1]["type"] == "execution:completed"
     happened = [f for f in followed if f["eventId"] <= before]
     assert [f for f in happened if f["type"] in LIVE_ONLY] == []
     assert {"block:started"} <= {f["type"] for f in happened}
-    assert "stream:chunk" in {f["type"] for f in followed if f["eventId"] > before}
-    assert [f for f in replayed if f["type"] in LIVE_ONLY] == []
-    assert [f for f in replayed if f["type"] not in LIVE_ONLY] == [
-        f for f in followed if f["type"] not in LIVE_ONLY
-    ]
+    settled = [f for f in watched if f["type"] not in LIVE_ONLY]
+    assert [f for f in followed if f["type"] not in LIVE_ONLY] == settled
+    streamed = [f for f in followed if f["type"] in LIVE_ONLY]  # from when it connected on
+    assert streamed, "what happened after it connected came live"
+    assert streamed == [f for f in watched if f["type"] in LIVE_ONLY][-len(streamed) :]
+    assert streamed[0]["eventId"] > before
+    assert replayed == settled
+    assert full == watched

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agentstream.sse import ServerSentEvent
+from agentstream.views.canvas import LIVE_ONLY
 from cluster_fixtures import events, posted, rest, until
 from fakes.test_app import COUNTED
 from processes import ServerProcess
@@ -115,6 +116,9 @@ def test_a_workflow_execution_is_followed_live_from_the_other_process(
 def test_the_canvas_of_an_execution_is_followed_from_the_other_process_frame_for_frame(
     workflows: list[ServerProcess],
 ) -> None:
+    """Joined on the other process mid-run, the canvas gives the frames from then on, the
+    live-only stream:* frames for what happens after it connected only (spec 000); asked
+    for the full history, every frame a viewer that watched got."""
     a, b = workflows
     with posted(a, b, "/api/workflows/counting/execute", {"input": "go"}) as post:
         seen = frames_until(post.events, lambda f: f["data"].get("chunk") == "10 ")
@@ -122,10 +126,11 @@ def test_the_canvas_of_an_execution_is_followed_from_the_other_process_frame_for
         path = f"/api/workflows/executions/{execution_id}/canvas"
         live = followed(post.on_b, path, joined_at)
         everything = seen + rest(post.events)
-        # After its last token the canvas still owes the block's stream:done, which only
-        # a view that saw the tokens knows about.
         last_chunk = max(f["eventId"] for f in everything if f["type"] == "stream:chunk")
         late = followed(post.on_b, path, last_chunk, header=False)
+        # After its last token the canvas still owes the block's stream:done, which only
+        # a view that saw the tokens knows about.
+        late_full = followed(post.on_b, f"{path}?full_history=1", last_chunk)
 
     assert [f["type"] for f in everything][-3:] == [
         "stream:done",
@@ -134,14 +139,17 @@ def test_the_canvas_of_an_execution_is_followed_from_the_other_process_frame_for
     ]
     chunks = [f["data"]["chunk"] for f in everything if f["type"] == "stream:chunk"]
     assert "".join(chunks) == COUNTED_TEXT
-    for after, got in ((joined_at, live), (last_chunk, late)):
-        assert [e.json() for e in got] == [f for f in everything if f["eventId"] > after]
-        assert [e.id for e in got] == [str(e.json()["eventId"]) for e in got]
-    assert [e.json()["type"] for e in late] == [
-        "stream:done",
-        "block:completed",
-        "execution:completed",
+    after_joining = [f for f in everything if f["eventId"] > joined_at]
+    streamed = [e.json() for e in live if e.json()["type"] in LIVE_ONLY]
+    assert streamed, "the tokens after it connected came live"
+    assert streamed == [f for f in after_joining if f["type"] in LIVE_ONLY][-len(streamed) :]
+    assert [e.json() for e in live if e.json()["type"] not in LIVE_ONLY] == [
+        f for f in after_joining if f["type"] not in LIVE_ONLY
     ]
+    assert [e.json()["type"] for e in late] == ["block:completed", "execution:completed"]
+    assert [e.json() for e in late_full] == [f for f in everything if f["eventId"] > last_chunk]
+    for got in (live, late, late_full):
+        assert [e.id for e in got] == [str(e.json()["eventId"]) for e in got]
 
 
 def test_a_workflow_execution_is_cancelled_through_the_other_process(

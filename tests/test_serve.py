@@ -155,10 +155,8 @@ def test_what_startup_made_is_out_of_the_collectors_full_passes_while_serving(
     assert gc.get_freeze_count() == 0
     with serve(make_settings(tmp_path)) as live:
         frozen = gc.get_freeze_count()
-        run_events(live, "demo", {"message": "hi"})
-        still = gc.get_freeze_count()
+        assert run_events(live, "demo", {"message": "hi"})[-1].json()["event"] == "complete"
     assert frozen > 100_000
-    assert still <= frozen, "nothing a run makes is frozen"
     assert gc.get_freeze_count() == 0
 
 

@@ -332,13 +332,13 @@ class EntityChunk(_EntityScoped):
 
 @event
 class EntityText(_EntityScoped):
-    """All a delegation's ``EntityChunk`` deltas, assembled, once the entity's run ended:
-    what a replay shows of what the entity said. Live viewers had it as the deltas, so they
-    are not shown it again."""
+    """What the entity answered (its final turn's text), once its run completed: what a
+    replay shows where the delegation's ``EntityChunk`` deltas were. Live viewers had those,
+    so they are not shown it again; its preambles are never persisted, as a run's own."""
 
     type: Literal["entity_text"] = "entity_text"
     text: str
-    """The deltas joined."""
+    """The entity's answer."""
 
 
 @event

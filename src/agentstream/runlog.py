@@ -36,6 +36,12 @@ class Subscription(Protocol):
         """The run's live part is over: what is left to read is all there is."""
         ...
 
+    @property
+    def head(self) -> int:
+        """The seq of the last event in the log when the viewer subscribed: what comes after
+        it happens while the viewer watches."""
+        ...
+
     async def next_batch(self) -> list[Event]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
         and everything was read. Safe to cancel."""
@@ -204,6 +210,8 @@ class LogSubscription:
         ``asyncio.Event``, which is heavier to keep and to set, once per token."""
         self.starts_after = stream.base
         """Events up to this seq are not in the log (a continued run's earlier part)."""
+        self.head = stream.last_seq
+        """The seq of the stream's last event when the viewer subscribed."""
 
     @property
     def ended(self) -> bool:

@@ -238,6 +238,7 @@ class RedisLog:
             key,
             after=max(after, base),
             starts_after=base,
+            head=_seq(last[0][0]),  # the end marker's is its terminal event's
             ended=_END in last[0][1],
         )
 
@@ -261,7 +262,7 @@ class RedisSubscription:
     """A viewer's cursor into a run's Redis stream (the run executes in another process)."""
 
     def __init__(
-        self, redis: Redis, key: str, *, after: int, starts_after: int, ended: bool
+        self, redis: Redis, key: str, *, after: int, starts_after: int, head: int, ended: bool
     ) -> None:
         self._redis = redis
         self._key = key
@@ -269,6 +270,7 @@ class RedisSubscription:
         self._expected = after + 1
         """The seq that comes next unless one is missing (trimmed, or never written)."""
         self.starts_after = starts_after
+        self.head = head
         self.ended = ended
         self._done = False
 

@@ -1,9 +1,9 @@
 """The agent loop: model turn, tool calls, results, next turn, until an answer or the step limit.
 
-Text streamed in a turn that ends in tool calls was preamble: it never enters the answer
-or the memory. It is retracted on answer-only surfaces and recorded with its step (so the
-native record keeps what native clients saw); where all of a run's text is shown, a later
-step's text is set apart from an earlier step's by ``STEP_SEPARATOR``.
+Text streamed in a turn that ends in tool calls was preamble: it never enters the answer,
+the memory or the run's record. It is retracted on answer-only surfaces and shown whole,
+live, on the native one; where all of a run's text is shown, a later step's text is set
+apart from an earlier step's by ``STEP_SEPARATOR``.
 """
 
 from __future__ import annotations

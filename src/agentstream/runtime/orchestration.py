@@ -20,7 +20,6 @@ import anyio
 from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.errors import NotFound, RunError, UserError
 from agentstream.events import (
-    STEP_SEPARATOR,
     BaseEvent,
     DelegationCompleted,
     DelegationStarted,
@@ -32,7 +31,6 @@ from agentstream.events import (
     RunPaused,
     RunStarted,
     TextDelta,
-    TextRetracted,
 )
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.ports import AgentLookup, Runs
@@ -104,23 +102,17 @@ def _delegate_tool(runs: Runs, ctx: RunContext, entity: StoredAgent) -> Tool:
 async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str) -> str:
     started = await runs.start(entity, task, parent_run_id=ctx.run_id)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
-    said: dict[int, list[str]] = {}
-    """The entity's text by step, as forwarded; what is left of it once its preambles are
-    taken back is recorded in ``EntityText`` (a preamble is never persisted)."""
 
     async def forward(event: BaseEvent) -> None:
         match event:
             case RunStarted():
                 await ctx.emit(DelegationStarted, **scope, task=task)
-            case TextDelta(step=step, delta=delta, separator=separator):
-                said.setdefault(step, []).append(delta)
+            case TextDelta(delta=delta, separator=separator):
                 await ctx.emit(EntityChunk, **scope, delta=separator + delta)
-            case TextRetracted(step=step):
-                said.pop(step, None)
 
     async def settle(**outcome: str) -> None:
-        if text := STEP_SEPARATOR.join("".join(pieces) for pieces in said.values()):
-            await ctx.emit(EntityText, **scope, text=text)
+        if answer := outcome.get("content"):  # final-turn text only: a preamble, or a turn
+            await ctx.emit(EntityText, **scope, text=answer)  # cut off, is never persisted
         await ctx.emit(DelegationCompleted, **scope, **outcome)
 
     try:

@@ -317,11 +317,12 @@ def _startup_heap_frozen() -> Iterator[None]:
     long as the server, so it is kept out of the cyclic garbage collector's full passes:
     each of them walked it all, and every stream stood still meanwhile (about 100 ms). No
     collection first: it found a few hundred objects to free, and takes 100 ms or more."""
-    gc.freeze()
+    gc.freeze()  # process-wide: what a run resumed at startup made stays until the app stops
     try:
         yield
     finally:
-        gc.unfreeze()  # an app that stops (in tests, several a process) can be collected
+        gc.unfreeze()  # an app that stops can be collected (in tests, several a process; a
+        # second app still serving then has its startup heap walked again, as before)
 
 
 async def _demo_key(store: Store, settings: Settings) -> None:

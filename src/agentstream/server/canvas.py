@@ -4,13 +4,11 @@ that draws them."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Response
+from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import ConfigDict, Field, field_validator
 
-from agentstream.events import Event
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import (
@@ -23,7 +21,7 @@ from agentstream.server.openapi import (
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.server.workflows import execution_or_404, parse_as, workflow_or_404
-from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView, Frame
+from agentstream.views.canvas import CanvasFrameAdapter, CanvasPolicy, CanvasView
 from agentstream.workflows import Workflow
 from agentstream.workflows.definition import Block
 from agentstream.workflows.expressions import ExpressionError, parse_expression
@@ -157,25 +155,31 @@ async def execute_draft(
     dependencies=Auth,
     tags=["workflows"],
 )
-async def execution_canvas(execution_id: str, svc: Svc, after: ResumeAfter) -> Any:
+async def execution_canvas(
+    execution_id: str,
+    svc: Svc,
+    after: ResumeAfter,
+    full_history: Annotated[
+        bool,
+        Query(
+            description="Also the live-only `stream:*` frames of what happened before "
+            "connecting, as a viewer that watched got them (the console's execution page)"
+        ),
+    ] = False,
+) -> Any:
     """An execution in canvas frames from after ``Last-Event-ID`` or ``?after=``: what
     already happened (from the live log, or the store once it is gone) without the live-only
-    ``stream:*`` frames, then what happens, live. Disconnecting does not cancel. ``204 No
-    Content`` when there is nothing more."""
+    ``stream:*`` frames (spec 000, "Reconnect"), then what happens, live. Disconnecting
+    does not cancel. ``204 No Content`` when there is nothing more."""
     record = await execution_or_404(svc, execution_id)
     workflow = Workflow.model_validate(record.definition)
     view = CanvasView(workflow_id=record.workflow_id, policy=canvas_policy(workflow))
-    connected = time.time()
-
-    def frames(event: Event) -> list[Frame]:
-        """Live-only frames for what happens from now on, not for what happened before."""
-        return view.frames(event) if event.ts >= connected else view.replayed(event)
-
     return await follow(
         svc.supervisor,
         execution_id,
         lambda: svc.workflows.execution_events(execution_id),
-        frames,
+        view.frames,
+        history=None if full_history else view.replayed,
         after=after,
         keepalive=svc.settings.keepalive_seconds,
         whole_run=True,

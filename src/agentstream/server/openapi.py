@@ -225,6 +225,7 @@ PARAMETER_EXAMPLES: Mapping[str, Any] = {
     "last-event-id": 12,
     "starting_after": 12,
     "stream": True,
+    "full_history": True,
     "protocol": "agent-events-v1",
     "X-Sim-Stream-Protocol": "agent-events-v1",
 }

@@ -123,6 +123,7 @@ async def follow(
     after: int,
     keepalive: float,
     replay: Render | None = None,
+    history: Render | None = None,
     whole_run: bool = False,
     ends: Callable[[Event], bool] | None = None,
     trailer: bytes = b"",
@@ -131,9 +132,10 @@ async def follow(
     """The stream of a run from the first event with ``seq > after``, each frame with
     ``id: <seq>``: the persisted events the live log does not hold, then the log's, live.
     ``persisted`` reads the stored events in order, raising if there is no such run.
-    ``render`` shows the log's events, ``replay`` (default: ``render``) the stored ones.
-    Disconnecting only unsubscribes. ``204 No Content`` when there is nothing more, which
-    tells an EventSource to stop reconnecting.
+    ``render`` shows the log's events, ``replay`` (default: ``render``) the stored ones;
+    ``history``, if given, instead of either the events that happened before the viewer
+    connected (live-only frames left out). Disconnecting only unsubscribes. ``204 No
+    Content`` when there is nothing more, which tells an EventSource to stop reconnecting.
 
     ``whole_run``: the views keep state from event to event (the canvas and chat views), so
     they are fed the run from its first event and only the frames of the events after
@@ -143,11 +145,14 @@ async def follow(
     shared log) has no trailer: its client resumes.
     """
     replay = replay or render
-    start = after
-    if whole_run:
-        render, replay, start = _shown_after(after, render), _shown_after(after, replay), 0
-    ending = None if ends is None else lambda event: event.seq > after and ends(event)
+    start = 0 if whole_run else after
     live = await runs.subscribe(run_id, after=start)
+    if history is not None:
+        head = live.head if live is not None else None  # None: all of it has happened
+        render, replay = _from_now(head, render, history), _from_now(head, replay, history)
+    if whole_run:
+        render, replay = _shown_after(after, render), _shown_after(after, replay)
+    ending = None if ends is None else lambda event: event.seq > after and ends(event)
     parts: list[tuple[Sequence[Event], Render]] = []
     try:
         if live is None or start < live.starts_after:  # stored events before the log's part
@@ -200,6 +205,16 @@ async def follow(
         on_disconnect=live.close if live is not None else None,
         headers=headers,
     )
+
+
+def _from_now(head: int | None, render: Render, history: Render) -> Render:
+    """``render`` for the events after ``head`` (the log's last when the viewer connected),
+    ``history`` for the others."""
+
+    def shown(event: Event) -> Iterable[dict[str, Any]]:
+        return render(event) if head is not None and event.seq > head else history(event)
+
+    return shown
 
 
 def _shown_after(after: int, render: Render) -> Render:

@@ -16,9 +16,9 @@ Rules:
   Executions read back from the store have no deltas, only assembled segments: those are
   shown instead.
 - ``stream:tool`` carries name and lifecycle only, never arguments or results.
-- ``stream:chunk``, ``stream:chunk_reset``, ``stream:thinking`` and ``stream:tool`` are
-  live-only: a viewer that (re)connects is not sent them for what happened before it did
-  (``CanvasView.replayed``).
+- ``stream:chunk``, ``stream:chunk_reset``, ``stream:thinking``, ``stream:tool`` (and the
+  ``stream:done`` that closes them) are live-only: a viewer that (re)connects is not sent
+  them for what happened before it did (``CanvasView.replayed``).
 - A block's output arrives once, in ``block:completed`` (the frame of ``block_completed``;
   ``block_output`` only records it). Skipped blocks get ``block:skipped``.
 - PII redaction on a block's output disables live forwarding for that block: no
@@ -105,9 +105,11 @@ def redact_value(value: Any, redact: Callable[[str], str]) -> Any:
             return value
 
 
-LIVE_ONLY = frozenset({"stream:chunk", "stream:chunk_reset", "stream:thinking", "stream:tool"})
+LIVE_ONLY = frozenset(
+    {"stream:chunk", "stream:chunk_reset", "stream:thinking", "stream:tool", "stream:done"}
+)
 """Frames that go to those watching as they happen, and are not buffered for a reconnect's
-replay (spec 000, "Reconnect"), as a public chat's answer chunks."""
+replay (spec 000, "Reconnect", names the first four; ``stream:done`` only closes them)."""
 
 
 @dataclass(slots=True)

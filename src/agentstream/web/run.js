@@ -15,7 +15,6 @@ let graph = null;  // {workflowId, boxes: Map(blockId -> element)}
 let outputs = new Map();  // blockId -> BlockOutput in the terminal panel
 let controller = null;
 let executionId = null;  // of the execution shown
-let recorded = new Map();  // blockId -> its thinking and tool frames, from the record
 
 function svgElement(tag, attributes) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
@@ -197,9 +196,7 @@ function handle(frame) {
       return setStatus("Running…");
     case "block:started":
       setState(data.blockId, "running");
-      outputOf(data.blockId, data.blockType);
-      for (const earlier of recorded.get(data.blockId) ?? []) handle(earlier);
-      return recorded.delete(data.blockId);
+      return outputOf(data.blockId, data.blockType);
     case "stream:chunk": outputOf(data.blockId).text.textContent += data.chunk; return;
     case "stream:chunk_reset": outputOf(data.blockId).text.textContent = ""; return;
     case "stream:thinking": return outputOf(data.blockId).thinking(data.text);
@@ -216,29 +213,6 @@ function handle(frame) {
     case "execution:error": return finish("Failed", data.error, true);
     case "execution:cancelled": return finish("Cancelled", data.reason || "", true);
   }
-}
-
-// The canvas sends thinking and tool frames live only: a replay (or a run joined midway) is
-// not sent them for what happened before. The execution's record has them: as canvas frames,
-// by block, drawn when the block's panel is.
-async function recordedFrames(id) {
-  const byBlock = new Map();
-  const response = await fetch(`/api/workflows/executions/${encodeURIComponent(id)}`);
-  if (!response.ok) return byBlock;
-  for (const event of (await response.json()).events) {
-    const frames = byBlock.get(event.block_id) ?? [];
-    const data = { blockId: event.block_id };
-    if (event.event === "reasoning") {
-      const text = frames.some((f) => f.type === "stream:thinking") ? `\n\n${event.text}` : event.text;
-      frames.push({ type: "stream:thinking", data: { ...data, text } });
-    } else if (event.event === "tool_call") {
-      frames.push({ type: "stream:tool", data: { ...data, phase: "start", id: event.tool_call_id, name: event.tool_name } });
-    } else if (event.event === "tool_result") {
-      frames.push({ type: "stream:tool", data: { ...data, phase: "end", id: event.tool_call_id, name: event.tool_name, status: event.status } });
-    } else continue;
-    byBlock.set(event.block_id, frames);
-  }
-  return byBlock;
 }
 
 async function follow(url, init) {
@@ -285,8 +259,9 @@ async function load() {
     if (replayId) {
       $("title").textContent = `Execution ${replayId}`;
       resetRun();
-      recorded = await recordedFrames(replayId);
-      return await follow(`/api/workflows/executions/${encodeURIComponent(replayId)}/canvas`, {});
+      // With the thinking and tool frames of what happened before (live-only by default).
+      const url = `/api/workflows/executions/${encodeURIComponent(replayId)}/canvas?full_history=true`;
+      return await follow(url, {});
     }
     await loadWorkflow(workflowId);
     setStatus("");
