@@ -83,6 +83,9 @@ def serve(settings: Settings, **app_kwargs: Any) -> Iterator[LiveServer]:
         yield LiveServer(url=url, key=key, settings=settings)
 
 
+FORWARDED_ONLY = ("content_delta", "reasoning_delta", "preamble")
+"""The native frames a run's record never keeps: what a replay from the store lacks."""
+
 STORES = ["sqlite", "postgresql"]
 """The two stores, for fixtures parametrized over them (``serve_on``)."""
 

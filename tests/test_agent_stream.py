@@ -25,7 +25,16 @@ from agentstream.providers.base import (
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
 from agentstream.views.native import NativeFrameAdapter
-from conftest import STORES, LiveServer, make_settings, rows, serve, serve_on, stream_frames
+from conftest import (
+    FORWARDED_ONLY,
+    STORES,
+    LiveServer,
+    make_settings,
+    rows,
+    serve,
+    serve_on,
+    stream_frames,
+)
 
 
 @pytest.fixture(params=STORES)
@@ -168,7 +177,7 @@ def test_replay_is_the_stream_without_deltas(server: LiveServer) -> None:
     streamed = [
         {"seq": seq, **frame}
         for seq, frame in zip(ids, frames, strict=True)
-        if frame["event"] not in ("content_delta", "reasoning_delta", "preamble")
+        if frame["event"] not in FORWARDED_ONLY
     ]
     assert run["events"] == streamed
     assert run["status"] == "completed"

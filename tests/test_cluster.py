@@ -17,7 +17,7 @@ import redis
 from agentstream.events import INTERRUPTED
 from agentstream.sse import SSEDecoder
 from cluster_fixtures import events, posted, rest, until
-from conftest import free_port, read_events, wait_until
+from conftest import FORWARDED_ONLY, free_port, read_events, wait_until
 from fakes.test_app import COUNTED
 from processes import TAKEOVER_LEASE, ServerProcess, cluster, start_redis
 
@@ -142,8 +142,7 @@ def test_sigkill_of_the_process_running_a_run_ends_it_interrupted_for_every_view
     assert following[-1] == {**stopped, "seq": following[-1]["seq"]}
     assert following[-1]["seq"] > before[-1]["seq"], "after everything its viewers saw"
     assert (run["status"], run["error"]) == ("interrupted", stopped["message"])
-    forwarded_only = ("content_delta", "reasoning_delta", "preamble")
-    persisted = [f for f in before if f["event"] not in forwarded_only]
+    persisted = [f for f in before if f["event"] not in FORWARDED_ONLY]
     assert run["events"][: len(persisted)] == persisted, "what was stored before the kill"
     assert run["events"][-1] == following[-1]
 

@@ -27,6 +27,7 @@ from agentstream.runtime.supervisor import LiveRun
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
 from conftest import (
+    FORWARDED_ONLY,
     LiveServer,
     make_settings,
     read_events,
@@ -201,8 +202,7 @@ def test_resume_after_the_live_log_is_gone_serves_persisted_events(tmp_path: Pat
         ):
             resumed = read_events(response)
 
-    forwarded_only = ("content_delta", "reasoning_delta", "preamble")
-    persisted = [f for f in original if f["event"] not in forwarded_only]
+    persisted = [f for f in original if f["event"] not in FORWARDED_ONLY]
     assert [e.json() for e in resumed] == [f for f in persisted if f["seq"] > 2]
     assert [e.id for e in resumed] == [str(e.json()["seq"]) for e in resumed]
 

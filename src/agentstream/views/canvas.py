@@ -142,6 +142,8 @@ class CanvasView:
         if data is None:
             return []
         kind, payload = data
+        if kind in LIVE_ONLY and self._redacted(event.block_id or ""):
+            return []  # redaction disables a block's live forwarding, whatever the frame
         return [
             {
                 "type": kind,
@@ -168,7 +170,7 @@ class CanvasView:
                 self._block(block_id)
                 return "block:started", {"blockId": block_id, "blockType": block_type}
             case TextDelta(delta=delta):
-                if self._redacted(block_id) or not delta:
+                if not delta:
                     return None
                 block = self._block(block_id)
                 block.streamed = block.text_since_reset = True
@@ -180,8 +182,6 @@ class CanvasView:
                 block.text_since_reset = False
                 return "stream:chunk_reset", {"blockId": block_id}
             case ReasoningDelta(delta=delta):
-                if self._redacted(block_id):
-                    return None
                 block = self._block(block_id)
                 if not block.segment_live:
                     block.segment_live = True
@@ -192,14 +192,12 @@ class CanvasView:
                 block = self._block(block_id)
                 live, block.segment_live = block.segment_live, False
                 block.segments += 1
-                if live or self._redacted(block_id):
+                if live:
                     return None
                 if block.segments > 1:
                     text = "\n\n" + text
                 return self._thinking(block_id, block, text)
             case ToolCall(call_id=call_id, tool_name=name):
-                if self._redacted(block_id):
-                    return None
                 return "stream:tool", {
                     "blockId": block_id,
                     "phase": "start",
@@ -207,8 +205,6 @@ class CanvasView:
                     "name": name,
                 }
             case ToolResult(call_id=call_id, tool_name=name, status=status):
-                if self._redacted(block_id):
-                    return None
                 return "stream:tool", {
                     "blockId": block_id,
                     "phase": "end",
