@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from typer.testing import CliRunner
 
+from agentstream import cli
 from agentstream.events import INTERRUPTED
 from agentstream.sse import SSEDecoder
 from cluster_fixtures import events, posted, rest, until
@@ -319,3 +321,33 @@ def test_password_guesses_count_once_whichever_process_they_reach(
         for live in [a.live, b.live] * 5 + [b.live, a.live]
     ]
     assert statuses == [401] * 10 + [429, 429], "ten guesses in all (spec 000), wherever"
+
+
+def test_a_key_revoked_and_an_agent_edited_through_one_process_count_on_the_other_at_once(
+    two: list[ServerProcess], cluster_database: str
+) -> None:
+    """Each process keeps the keys and agents it looked up (``DefinitionsCache``): a change
+    made through the other process, or by a command straight to the database, counts from
+    the very next request."""
+    a, b = two
+    database = ("--database-url", cluster_database)
+    key = CliRunner().invoke(cli.app, ["keys", "create", "ci", *database]).stdout.strip()
+
+    def version_run_on_b(client: httpx.Client) -> int:
+        with client.stream("POST", COUNT, json={"message": "go"}) as response:
+            run_id = rest(events(response))[-1]["run_id"]
+        return int(client.get(f"/api/agents/runs/{run_id}").json()["agent_version"])
+
+    with (
+        a.live.client() as on_a,
+        httpx.Client(base_url=b.live.url, headers={"apikey": key}, timeout=10) as on_b,
+    ):
+        assert version_run_on_b(on_b) == 1  # B has looked the key and the agent up
+        edited = on_a.patch("/api/agents/counter", json={"instructions": "Count."})
+        assert edited.json()["version"] == 2
+        assert version_run_on_b(on_b) == 2
+
+        revoked = CliRunner().invoke(cli.app, ["keys", "revoke", "ci", *database])
+        assert revoked.exit_code == 0, revoked.output
+        assert on_b.get("/api/agents/counter").status_code == 401
+        assert on_a.get("/api/agents/counter").status_code == 200  # its own key still works

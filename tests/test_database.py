@@ -583,3 +583,40 @@ async def create_all(store: Store, workflows: WorkflowStore, name: str) -> None:
     await workflows.put_workflow(flow(name))
     settings = DeploymentSettings(slug=name, agent_id=name)
     await store.put_deployment(settings, target=agent, password_hash=None)
+
+
+async def test_what_a_store_looked_up_follows_every_change_made_through_another(
+    database_url: str,
+) -> None:
+    """Keys, agents and deployments are kept as looked up (``DefinitionsCache``) until a
+    change to any of them, made by any connection (another process, a command): the next
+    lookup reads it."""
+    reader, writer = [await Store.open(database_url) for _ in range(2)]
+    try:
+        key = await writer.create_api_key("ci")
+        agent = await writer.put_agent(AgentSpec(id="kept", instructions="One."))
+        await writer.put_deployment(
+            DeploymentSettings(slug="kept", agent_id="kept"), target=agent, password_hash=None
+        )
+        assert await reader.api_key_name(key) == "ci"
+        assert (await reader.get_agent("kept")) == agent
+        assert (await reader.get_deployment("kept")).settings.title == ""  # type: ignore[union-attr]
+
+        edited = await writer.put_agent(AgentSpec(id="kept", instructions="Two."))
+        assert (await reader.get_agent("kept")) == edited
+        await writer.put_deployment(
+            DeploymentSettings(slug="kept", agent_id="kept", title="Kept"),
+            target=edited,
+            password_hash=None,
+        )
+        assert (await reader.get_deployment("kept")).settings.title == "Kept"  # type: ignore[union-attr]
+        (listed,) = [k for k in await writer.list_api_keys() if k.name == "ci"]
+        assert await writer.revoke_api_key(listed.id)
+        assert await reader.api_key_name(key) is None
+        assert await writer.delete_agent("kept")
+        assert await reader.get_agent("kept") is None
+        assert await writer.delete_deployment("kept")
+        assert await reader.get_deployment("kept") is None
+    finally:
+        await reader.close()
+        await writer.close()

@@ -15,7 +15,8 @@ connection of its own that never waits there:
   checkpoint, for its part, waits at most ``CHECKPOINT_WAIT_MS`` for a write in progress
   or a reader still in the WAL (a backup), and otherwise tries again later.
 
-Reads by key run on the loop too: a WAL reader never waits for a lock.
+Reads by key run on the loop too, on the same connection: a WAL reader never waits for a
+lock, and the pages that connection keeps stay good while it is the one that writes.
 """
 
 from __future__ import annotations
@@ -65,19 +66,21 @@ class SQLiteFile:
         self._closed = False
 
     def read(self, work: Callable[[Connection], T]) -> T:
-        with self.engine.connect() as connection:
+        """``work``'s reads, on the loop's connection: the pages it keeps stay good while it
+        is the one that writes, where any other connection finds its own stale after each of
+        those writes and reads them again (twice the time of a read by key)."""
+        connection = self._loop_connection()
+        try:
             return work(connection)
+        finally:
+            connection.rollback()  # ends the read: a reader left in the WAL holds it up
 
     async def write(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, committed if it returns: on the loop, or in
         this file's thread if another process holds the lock."""
-        if self._closed:
-            raise RuntimeError("The SQLite file is closed")
-        self._on_loop = self._connection(
-            self._on_loop, "PRAGMA busy_timeout = 0", "PRAGMA wal_autocheckpoint = 0"
-        )
+        connection = self._loop_connection()
         try:
-            written = _transact(self._on_loop, work)
+            written = _transact(connection, work)
         except OperationalError as exc:
             if not _busy(exc):
                 raise
@@ -88,6 +91,14 @@ class SQLiteFile:
         if self._writes % self.CHECKPOINT_EVERY == 0:
             self._thread.submit(self._checkpoint)
         return written
+
+    def _loop_connection(self) -> Connection:
+        if self._closed:
+            raise RuntimeError("The SQLite file is closed")
+        self._on_loop = self._connection(
+            self._on_loop, "PRAGMA busy_timeout = 0", "PRAGMA wal_autocheckpoint = 0"
+        )
+        return self._on_loop
 
     def _in_turn(self, work: Callable[[Connection], T]) -> T:
         """In this file's thread."""

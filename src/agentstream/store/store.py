@@ -31,6 +31,7 @@ from agentstream.providers.base import Message, RequestedToolCall
 from agentstream.store.clock import now, utc
 from agentstream.store.console_sessions import ConsoleSessions
 from agentstream.store.database import Database
+from agentstream.store.definitions_cache import DefinitionsCache
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.runs import RunQuery, RunStore, event_row
 from agentstream.store.sqlite_file import sqlite_pragmas
@@ -165,6 +166,8 @@ class Store:
         self.runs = RunStore(self.db)
         """Runs of both kinds: agent runs here, workflow executions in ``WorkflowStore``."""
         self.console_sessions = ConsoleSessions(self.db)
+        self._definitions = DefinitionsCache(self.db)
+        """API keys, agents and deployments as looked up, while none of them changes."""
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 15) -> Store:
@@ -199,7 +202,9 @@ class Store:
     async def api_key_name(self, key: str) -> str | None:
         """The name the key was created with, or None if it is not a key of this server."""
         values = {"digest": digest(key)}
-        return await self.db.read(lambda db: db.scalar(_KEY_NAME, values))
+        return await self._definitions.get(
+            ("key", values["digest"]), lambda: self.db.read(lambda db: db.scalar(_KEY_NAME, values))
+        )
 
     async def is_api_key(self, key: str) -> bool:
         return await self.api_key_name(key) is not None
@@ -231,8 +236,11 @@ class Store:
         return _stored_agent(row, row.spec, row.version)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
-        row = await self.db.read(lambda db: db.execute(_AGENT, {"id": agent_id}).first())
-        return None if row is None else _stored_agent(row, row.spec, row.version)
+        async def read() -> StoredAgent | None:
+            row = await self.db.read(lambda db: db.execute(_AGENT, {"id": agent_id}).first())
+            return None if row is None else _stored_agent(row, row.spec, row.version)
+
+        return await self._definitions.get(("agent", agent_id), read)
 
     async def list_agents(self) -> list[StoredAgent]:
         async with self.db.session() as db:
@@ -280,9 +288,12 @@ class Store:
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:
-        async with self.db.session() as db:
-            row = await db.get(DeploymentRow, slug)
-        return None if row is None else _stored_deployment(row)
+        async def read() -> StoredDeployment | None:
+            async with self.db.session() as db:
+                row = await db.get(DeploymentRow, slug)
+            return None if row is None else _stored_deployment(row)
+
+        return await self._definitions.get(("deployment", slug), read)
 
     async def list_deployments(self) -> list[StoredDeployment]:
         async with self.db.session() as db:

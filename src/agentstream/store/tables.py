@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -30,6 +31,7 @@ __all__ = [
     "ChunkRow",
     "ConsoleSessionRow",
     "ContextHandlerRow",
+    "DefinitionsRevisionRow",
     "DeploymentRow",
     "DocumentRow",
     "KnowledgeBaseRow",
@@ -62,6 +64,16 @@ class ApiKeyRow(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     """SHA-256 of the key: the key itself is never stored."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class DefinitionsRevisionRow(Base):
+    """One row: a counter that triggers move on at every change to ``api_keys``, ``agents``
+    and ``chat_deployments``, whoever makes it (migration 0014)."""
+
+    __tablename__ = "definitions_revision"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
 
 
 class ConsoleSessionRow(Base):
