@@ -166,7 +166,8 @@ def test_a_server_on_a_taken_port_touches_no_data(tmp_path: Path) -> None:
         crashed.live.client() as client,
         client.stream("POST", "/api/agents/waiter/run/stream", json={"message": "go"}) as live,
     ):
-        until(frames_of(live), "tool_call")
+        frames = frames_of(live)  # held: an iterator let go closes the connection, and
+        until(frames, "tool_call")  # the run would be cancelled before the crash
         crashed.kill()  # a run left running, for a recovery to interrupt
     before = _fingerprint(tmp_path)
 
