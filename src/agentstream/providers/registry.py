@@ -58,6 +58,7 @@ class ModelRegistry:
             for prefix in (key, *ALIASES.get(key, ()))
         }
         self._live: dict[str, Model] = {model.name: model for model in custom}
+        self._infos: dict[str, ModelInfo] = {}
         self._closers: list[Callable[[], Awaitable[object]]] = []
         """How to close the SDK clients this registry made (their connection pools)."""
 
@@ -69,8 +70,13 @@ class ModelRegistry:
 
     def info(self, name: str) -> ModelInfo:
         """The catalog entry, or one made for a ``provider:model`` name (capabilities
-        unknown, no prices); a custom model not in the catalog gets one without prices."""
-        return self._described(name) or ModelInfo(name=name, provider="custom")
+        unknown, no prices); a custom model not in the catalog gets one without prices.
+        Made once a name: every run keeps its model's for its whole life."""
+        if (known := self._infos.get(name)) is None:
+            known = self._infos[name] = self._described(name) or ModelInfo(
+                name=name, provider="custom"
+            )
+        return known
 
     def _described(self, name: str) -> ModelInfo | None:
         if found := self.catalog.model(name):

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -57,9 +57,12 @@ class Stopped:
 @dataclass(slots=True)
 class LiveRun:
     run_id: str
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    scope: anyio.CancelScope
+    """Its program's, with the run's timeout as its deadline: one scope a live run keeps,
+    not one for the timeout within one for a stop."""
     stopped: Stopped | None = None
-    """Why it is being stopped, if it is: the first stop wins."""
+    """Why it is being stopped, if it is: the first stop wins, and a timeout that came
+    first stays the ending (``stopped`` stays None)."""
     recorded: bool = False
     """Its ending is recorded."""
     _done: anyio.Event | None = None
@@ -75,8 +78,9 @@ class LiveRun:
         return self._done
 
     def stop(self, status: FailureStatus, message: str) -> None:
-        self.stopped = self.stopped or Stopped(status, message)
-        self.scope.cancel()
+        if not self.scope.cancel_called:
+            self.stopped = Stopped(status, message)
+            self.scope.cancel()
 
     def record_ended(self) -> None:
         self.recorded = True
@@ -158,7 +162,8 @@ class Supervisor:
         (``telemetry.run``): ``about`` says what it runs."""
         if self._tasks is None:
             raise RuntimeError("The supervisor is not running")
-        live = self._live[run_id] = LiveRun(run_id)
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+        live = self._live[run_id] = LiveRun(run_id, scope)
 
         async def run() -> None:
             with telemetry.run(run_id, about) as observed:
@@ -168,12 +173,10 @@ class Supervisor:
             ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
             try:
                 with live.scope:
-                    with anyio.move_on_after(timeout) as deadline:
-                        ending = await program()
-                    if deadline.cancelled_caught:
-                        ending = Stopped("timeout", f"Execution timed out after {timeout:g}s")
-                if live.scope.cancelled_caught and live.stopped is not None:
-                    ending = live.stopped
+                    ending = await program()
+                if live.scope.cancelled_caught:
+                    timed_out = Stopped("timeout", f"Execution timed out after {timeout:g}s")
+                    ending = live.stopped or timed_out
             except Exception:
                 logger.exception("Run %s failed", run_id)
                 ending = Stopped("error", internal_error(run_id))

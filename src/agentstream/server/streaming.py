@@ -28,6 +28,11 @@ SSE_HEADERS = {
 
 _KEEPALIVE = sse.comment("keepalive").encode()
 
+_RAW_SSE_HEADERS = tuple(
+    (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in SSE_HEADERS.items()
+)
+_CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
+
 _OUTSIDE = "agentstream.streams_outside"
 """The scope's key under which ``StreamsOutside`` takes the streams a request answers with,
 each with the context it started in."""
@@ -40,7 +45,7 @@ class EventStreamResponse(Response):
     stream has been silent for ``keepalive`` seconds, and on the client's disconnect it
     cancels the stream and calls ``on_disconnect``. ``on_end`` is called once the response
     is over, however it ended. Plain asyncio tasks: a task group per response costs a
-    live stream several tasks' worth of memory.
+    live stream several tasks' worth of memory. ``headers`` come beside ``SSE_HEADERS``.
     """
 
     def __init__(
@@ -59,8 +64,14 @@ class EventStreamResponse(Response):
         self._last_sent = 0.0
         self.status_code = 200
         self.background = None
-        self.init_headers({**SSE_HEADERS, **(headers or {})})
-        self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
+        self.raw_headers = [  # the shared pairs, not a copy of each a live stream: 400 bytes
+            *_RAW_SSE_HEADERS,
+            *(
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
+                for k, v in (headers or {}).items()
+            ),
+            _CONTENT_TYPE,
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Start the response here, within the middleware (which adds its headers, and logs
