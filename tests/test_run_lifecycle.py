@@ -430,7 +430,7 @@ def test_whoever_waits_for_a_run_is_told_when_its_ending_is_recorded() -> None:
     someone asks (most runs end with nobody waiting)."""
 
     async def check() -> tuple[bool, bool, bool]:
-        early, late = LiveRun("r1", anyio.CancelScope()), LiveRun("r2", anyio.CancelScope())
+        early, late = LiveRun("r1"), LiveRun("r2")
         waiting = early.done
         set_before = waiting.is_set()
         early.record_ended()

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -57,12 +57,9 @@ class Stopped:
 @dataclass(slots=True)
 class LiveRun:
     run_id: str
-    scope: anyio.CancelScope
-    """Its program's, with the run's timeout as its deadline: one scope a live run keeps,
-    not one for the timeout within one for a stop."""
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     stopped: Stopped | None = None
-    """Why it is being stopped, if it is: the first stop wins, and a timeout that came
-    first stays the ending (``stopped`` stays None)."""
+    """Why it is being stopped, if it is: the first stop wins (its timeout is one)."""
     recorded: bool = False
     """Its ending is recorded."""
     _done: anyio.Event | None = None
@@ -78,9 +75,8 @@ class LiveRun:
         return self._done
 
     def stop(self, status: FailureStatus, message: str) -> None:
-        if not self.scope.cancel_called:
-            self.stopped = Stopped(status, message)
-            self.scope.cancel()
+        self.stopped = self.stopped or Stopped(status, message)
+        self.scope.cancel()
 
     def record_ended(self) -> None:
         self.recorded = True
@@ -162,8 +158,7 @@ class Supervisor:
         (``telemetry.run``): ``about`` says what it runs."""
         if self._tasks is None:
             raise RuntimeError("The supervisor is not running")
-        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
-        live = self._live[run_id] = LiveRun(run_id, scope)
+        live = self._live[run_id] = LiveRun(run_id)
 
         async def run() -> None:
             with telemetry.run(run_id, about) as observed:
@@ -171,16 +166,20 @@ class Supervisor:
 
         async def execute(observed: telemetry.RunObservation) -> None:
             ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
+            # A timeout is a stop like any other: a timer, not a cancel scope of its own
+            # within the run's, which a live run would keep for its whole life.
+            message = f"Execution timed out after {timeout:g}s"
+            timer = asyncio.get_running_loop().call_later(timeout, live.stop, "timeout", message)
             try:
                 with live.scope:
                     ending = await program()
-                if live.scope.cancelled_caught:
-                    timed_out = Stopped("timeout", f"Execution timed out after {timeout:g}s")
-                    ending = live.stopped or timed_out
+                if live.scope.cancelled_caught and live.stopped is not None:
+                    ending = live.stopped
             except Exception:
                 logger.exception("Run %s failed", run_id)
                 ending = Stopped("error", internal_error(run_id))
             finally:
+                timer.cancel()
                 with anyio.CancelScope(shield=True):
                     try:
                         observed.ended(await finish(ending))
