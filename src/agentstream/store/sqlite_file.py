@@ -68,12 +68,14 @@ class SQLiteFile:
     def read(self, work: Callable[[Connection], T]) -> T:
         """``work``'s reads, on the loop's connection: the pages it keeps stay good while it
         is the one that writes, where any other connection finds its own stale after each of
-        those writes and reads them again (twice the time of a read by key)."""
+        those writes and reads them again (twice the time of a read by key). ``work`` reads
+        its results whole (``scalar``, ``first``, ``all``): a result left open would keep the
+        connection on its snapshot, and hold the WAL's checkpoints up."""
         connection = self._loop_connection()
         try:
             return work(connection)
         finally:
-            connection.rollback()  # ends the read: a reader left in the WAL holds it up
+            connection.rollback()  # SQLAlchemy's own transaction: the next write begins one
 
     async def write(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, committed if it returns: on the loop, or in
