@@ -76,8 +76,9 @@ class ModelRequest:
     tools: Sequence[ToolSpec] = ()
     reasoning: bool = False
     """Ask for the model's reasoning (where the model exposes it)."""
-    settings: dict[str, Any] = field(default_factory=dict)
-    """Provider-specific options from the agent's ``model_settings`` (e.g. max_tokens)."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Provider-specific options from the agent's ``model_settings`` (e.g. max_tokens):
+    read only, the agent's own, which later runs of it share."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -211,7 +212,7 @@ async def run_agent(
                 messages=tuple(state.messages),
                 tools=specs,
                 reasoning=reasoning,
-                settings=agent.model_settings,
+                settings=MappingProxyType(agent.model_settings),
             )
             separator = STEP_SEPARATOR if state.streamed_text else ""
             turn = await _model_turn(ctx, step, model, request, separator)
