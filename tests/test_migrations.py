@@ -29,6 +29,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, Integer, MetaData, create_engine, make_url, select
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from agentstream.store import Store
 from agentstream.views.canvas import LIVE_ONLY
 from conftest import LiveServer, make_settings, postgres_admin, serve
 
@@ -185,3 +186,61 @@ def _aware(row: Any) -> dict[str, Any]:
         key: value.replace(tzinfo=UTC) if isinstance(value, datetime) else value
         for key, value in row._mapping.items()
     }
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def test_the_definitions_counter_moves_at_each_change_by_sql_and_its_migration_goes_both_ways(
+    database_url: str,
+) -> None:
+    """Migration 0014's triggers move ``definitions_revision`` at every change to a
+    definition, made by a bare SQL statement too, and not at a save that changes nothing;
+    the migration goes down and up again, and the counter then starts somewhere else."""
+    agent = (
+        "INSERT INTO agents (id, version, spec, created_at, updated_at) VALUES "
+        "('counted', 1, '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP) ON CONFLICT DO NOTHING"
+    )
+    changes = [
+        agent,
+        agent,  # finds the row: no change
+        "UPDATE agents SET version = 2 WHERE id = 'counted'",
+        "DELETE FROM agents WHERE id = 'counted'",
+    ]
+
+    def revisions(connection: Connection) -> list[int]:
+        def revision() -> int:
+            return int(
+                connection.exec_driver_sql("SELECT revision FROM definitions_revision").scalar_one()
+            )
+
+        seen = [revision()]
+        for change in changes:
+            connection.exec_driver_sql(change)
+            connection.commit()
+            seen.append(revision())
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0013")
+        command.upgrade(config, "head")
+        connection.commit()
+        return [*seen, revision()]
+
+    async def check() -> list[int]:
+        await (await Store.open(database_url)).close()  # at the latest revision
+        engine = create_async_engine(database_url)
+        try:
+            async with engine.connect() as connection:
+                return await connection.run_sync(revisions)
+        finally:
+            await engine.dispose()
+
+    start, inserted, unchanged, updated, deleted, again = anyio.run(check)
+    assert (inserted, unchanged, updated, deleted) == (start + 1, start + 1, start + 2, start + 3)
+    assert again not in range(start, deleted + 1)
