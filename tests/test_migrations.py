@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentstream.store import Store
 from agentstream.views.canvas import LIVE_ONLY
-from conftest import LiveServer, make_settings, postgres_admin, serve
+from conftest import LiveServer, make_settings, new_postgres_database, postgres_admin, serve
 
 FIXTURES = Path(__file__).with_name("fixtures")
 DUMP = FIXTURES / "migration_0008.sql"
@@ -189,11 +189,13 @@ def _aware(row: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of this test's own: its migrations go down and up again."""
     if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+        yield f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+        return
+    with new_postgres_database() as url:
+        yield url
 
 
 def test_the_definitions_counter_moves_at_each_change_by_sql_and_its_migration_goes_both_ways(
