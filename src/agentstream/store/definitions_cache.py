@@ -16,16 +16,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from agentstream.store.database import Database
+from agentstream.store.tables import DefinitionsRevisionRow
 
 __all__ = ["DefinitionsCache"]
 
 V = TypeVar("V")
 
 
-_REVISION = "SELECT revision FROM definitions_revision"
+_REVISION = str(select(DefinitionsRevisionRow.revision))
+"""The same SQL on every dialect, for the driver's cursor."""
 
 
 def _revision(db: Connection) -> int:
