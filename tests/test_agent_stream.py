@@ -16,6 +16,7 @@ from agentstream.providers.base import (
     Message,
     ModelPart,
     ModelRequest,
+    ReasoningPart,
     TextPart,
     ToolCallArgsPart,
     ToolCallEndPart,
@@ -309,3 +310,42 @@ def test_tool_call_ids_are_unique_in_a_run_and_the_model_gets_its_own_back(
     assert [m.tool_call_id for m in history if m.role == "tool"] == ["call_0", "call_0"], (
         "each result answers the id the model gave"
     )
+
+
+def test_a_turn_that_thinks_again_after_answering_records_its_first_thoughts_once(
+    tmp_path: Path,
+) -> None:
+    """Reasoning is recorded whole at the first part that is not reasoning; what a model
+    thinks after that streams live only, and no second ``reasoning`` frame follows."""
+    parts: list[ModelPart] = [
+        ReasoningPart("Hmm, "),
+        ReasoningPart("two."),
+        TextPart("It is "),
+        ReasoningPart("Sure?"),
+        TextPart("two."),
+        TurnEndPart("end_turn"),
+    ]
+    agent = AgentSpec(id="second-thoughts", model="second-thoughts", reasoning=True)
+    with serve(
+        make_settings(tmp_path),
+        models=[ScriptedModel("second-thoughts", lambda _: parts)],
+        agents=[agent],
+    ) as live:
+        _, frames = stream_frames(live, "second-thoughts", {"message": "1+1?"})
+        with live.client() as client:
+            run = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+
+    assert [f for f in frames if f["event"] not in ("start", "step_started")][:6] == [
+        {"event": "reasoning_delta", "delta": "Hmm, "},
+        {"event": "reasoning_delta", "delta": "two."},
+        {"event": "reasoning", "text": "Hmm, two."},
+        {"event": "content_delta", "delta": "It is "},
+        {"event": "reasoning_delta", "delta": "Sure?"},
+        {"event": "content_delta", "delta": "two."},
+    ]
+    assert [f for f in frames if f["event"] == "reasoning"] == [
+        {"event": "reasoning", "text": "Hmm, two."}
+    ]
+    assert [e for e in run["events"] if e["event"] == "reasoning"] == [
+        {"seq": 5, "event": "reasoning", "text": "Hmm, two."}
+    ]

@@ -134,7 +134,7 @@ class _Stream:
     """A run's events in seq order: the latest as they were appended, where the viewers
     that keep up read them; the older ones packed, for a viewer that joins late."""
 
-    __slots__ = ("base", "closed", "ends", "held", "packed", "recent", "subscribers")
+    __slots__ = ("base", "closed", "count", "ends", "held", "packed", "recent", "subscribers")
 
     RECENT = 8
     """Events kept as they are, for the viewers that keep up; every ``RECENT`` more, the
@@ -149,19 +149,20 @@ class _Stream:
         self.held = 0
         """How many events ``packed`` holds."""
         self.recent: list[Event] = []
+        self.count = 0
+        """How many events it holds: read by every viewer at every token, so kept, not
+        summed."""
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
-
-    def __len__(self) -> int:
-        return self.held + len(self.recent)
 
     @property
     def last_seq(self) -> int:
         """Of its last event; its base while it has none."""
-        return self.base + len(self)
+        return self.base + self.count
 
     def append(self, event: Event) -> None:
         self.recent.append(event)
+        self.count += 1
         if len(self.recent) == 2 * self.RECENT:
             for _, group in groupby(self.recent[: self.RECENT], _pack_key):
                 self._pack(list(group))
@@ -225,7 +226,7 @@ class LogSubscription:
         Safe to cancel: nothing is consumed until the wait is over.
         """
         stream = self._stream
-        while self._cursor >= len(stream) and not stream.closed:
+        while self._cursor >= stream.count and not stream.closed:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

@@ -93,10 +93,6 @@ class _Text:
             self._chunks.append("".join(pieces))
             pieces.clear()
 
-    def __bool__(self) -> bool:
-        """Whether any piece came, even an empty one."""
-        return bool(self._chunks or self._pieces)
-
     def __str__(self) -> str:
         return "".join(self._chunks) + "".join(self._pieces)
 
@@ -107,6 +103,8 @@ class _Turn:
     reasoning: _Text = field(default_factory=_Text)
     calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """Tool calls in the order started: name and argument pieces by call id."""
+    reasoning_pending: bool = False
+    """Reasoning came that is not emitted yet: checked at every part, so a flag."""
     reasoning_emitted: bool = False
     summary: str | None = None
     provider_state: dict[str, Any] | None = None
@@ -296,18 +294,17 @@ async def _model_turn(
                 match part:
                     case ReasoningPart(delta):
                         turn.reasoning.append(delta)
+                        turn.reasoning_pending = not turn.reasoning_emitted
                         await ctx.emit(ReasoningDelta, step=step, delta=delta)
                     case TextPart(delta):
-                        await _settle_reasoning(ctx, step, turn)
-                        await ctx.emit(
-                            TextDelta,
-                            step=step,
-                            delta=delta,
-                            separator="" if turn.text else separator,
-                        )
+                        if turn.reasoning_pending:
+                            await _settle_reasoning(ctx, step, turn)
+                        await ctx.emit(TextDelta, step=step, delta=delta, separator=separator)
+                        separator = ""  # before the step's first piece only
                         turn.text.append(delta)
                     case ToolCallStartPart(call_id, name):
-                        await _settle_reasoning(ctx, step, turn)
+                        if turn.reasoning_pending:
+                            await _settle_reasoning(ctx, step, turn)
                         turn.calls[call_id] = (name, [])
                     case ToolCallArgsPart(call_id, delta):
                         turn.calls[call_id][1].append(delta)
@@ -319,7 +316,8 @@ async def _model_turn(
                         turn.summary = summary
                     case ToolCallEndPart() | TurnEndPart():
                         pass
-    await _settle_reasoning(ctx, step, turn)
+    if turn.reasoning_pending:
+        await _settle_reasoning(ctx, step, turn)
     return turn
 
 
@@ -331,9 +329,8 @@ async def _end_step(ctx: RunContext, step: int, summary: str | None) -> None:
 
 async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:
     """The reasoning segment ended: persist it whole, once."""
-    if turn.reasoning and not turn.reasoning_emitted:
-        turn.reasoning_emitted = True
-        await ctx.emit(Reasoning, step=step, text=str(turn.reasoning))
+    turn.reasoning_pending, turn.reasoning_emitted = False, True
+    await ctx.emit(Reasoning, step=step, text=str(turn.reasoning))
 
 
 def _parse_call(call_id: str, name: str, pieces: list[str]) -> tuple[RequestedToolCall, str | None]:
