@@ -53,8 +53,14 @@ def encode(
 
     NUL is also stripped from id, since §9.2.6 makes a decoder ignore such an id.
     """
+    if event is None and retry is None and "\n" not in data and "\r" not in data:
+        # Every frame of a JSON event stream (json.dumps writes one line): once per token.
+        if id is None:
+            return f"data: {data}\n\n"
+        if isinstance(id, int):
+            return f"id: {id}\ndata: {data}\n\n"
     lines: list[str] = []
-    if isinstance(id, int):  # the common case, once per frame: nothing to strip
+    if isinstance(id, int):  # nothing to strip
         lines.append(f"id: {id}")
     elif id is not None:
         lines.append(f"id: {_strip_newlines(id).replace(chr(0), '')}")
@@ -64,10 +70,7 @@ def encode(
         if retry < 0:
             raise ValueError(f"retry must be a non-negative integer, got {retry}")
         lines.append(f"retry: {int(retry)}")
-    if "\n" in data or "\r" in data:
-        lines.extend(f"data: {line}" for line in _EOL.split(data))
-    else:  # JSON from json.dumps is always one line: skip the regex on the hot path
-        lines.append(f"data: {data}")
+    lines.extend(f"data: {line}" for line in _EOL.split(data))
     return "\n".join(lines) + "\n\n"
 
 

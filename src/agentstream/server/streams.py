@@ -284,7 +284,9 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     """The SSE text of the frames the events become: one ``data:`` line each, after an
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only)."""
     return "".join(
-        sse.encode(_to_json(data), id=event.seq if ids else None)
-        for event in events
-        for data in render(event)
+        [
+            sse.encode(_to_json(data), id=event.seq if ids else None)
+            for event in events
+            for data in render(event)
+        ]
     ).encode()
