@@ -25,7 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from bench.concurrency import RATE
 from bench.tables import text_table
 
 VARIANTS = ("baseline", "agentstream", "agentstream, no frames", "agentstream, no live log")
-TOKENS = 300
-"""Per stream: more than the warm-up and the window take, so none ends during it."""
+TOKENS = 100_000
+"""Per stream: more than the warm-up and any window take, so none ends during one."""
 WARM_UP = 2.0
 WINDOW = 4.0
 
@@ -106,9 +107,11 @@ def _knock_out(variant: str, frames: list[int]) -> None:
         setattr(RunLog, "append", dropping_tokens)  # noqa: B010 (a method, replaced)
 
 
-async def _measure(variant: str, streams: int) -> float:
-    """CPU µs per frame of ``streams`` paced streams of ``variant``, in this process."""
-    os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"] = str(1 / RATE)
+@asynccontextmanager
+async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator[list[int]]:
+    """``streams`` streams of ``variant`` at ``rate`` tokens/s each, running in this process
+    for the block, past the warm-up: the count of frames sent so far, in a list."""
+    os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"] = str(1 / rate)
     from bench.servers import agentstream_app, baseline_app
 
     frames = [0]
@@ -117,7 +120,7 @@ async def _measure(variant: str, streams: int) -> float:
         if variant == "baseline":
             app: Any = baseline_app([])
             path, headers = "/paced", {}
-            body: dict[str, Any] = {"tokens": TOKENS, "delay": 1 / RATE}
+            body: dict[str, Any] = {"tokens": TOKENS, "delay": 1 / rate}
         else:
             app = agentstream_app(Path(data_dir))
             running = app.router.lifespan_context(app)  # kept: dropped, it would end
@@ -130,14 +133,20 @@ async def _measure(variant: str, streams: int) -> float:
             requests.append(asyncio.create_task(_request(app, path, body, headers, frames)))
             await asyncio.sleep(1 / 250)
         await asyncio.sleep(WARM_UP)
+        yield frames
+        for request in requests:
+            request.cancel()
+
+
+async def _measure(variant: str, streams: int) -> float:
+    """CPU µs per frame of ``streams`` paced streams of ``variant``, in this process."""
+    async with paced(variant, streams) as frames:
         cpu, counted = time.process_time(), frames[0]
         await asyncio.sleep(WINDOW)
         cpu, counted = time.process_time() - cpu, frames[0] - counted
-        for request in requests:
-            request.cancel()
-        if not counted:
-            raise RuntimeError(f"{variant}: no frame in the window")
-        return 1e6 * cpu / counted
+    if not counted:
+        raise RuntimeError(f"{variant}: no frame in the window")
+    return 1e6 * cpu / counted
 
 
 async def _one(variant: str, streams: int) -> None:
