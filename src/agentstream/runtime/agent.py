@@ -291,17 +291,17 @@ async def _model_turn(
                 if not answering:  # once per call: the time to its first token
                     answering = True
                     call.first_part()
-                match part:
-                    case ReasoningPart(delta):
-                        turn.reasoning.append(delta)
-                        turn.reasoning_pending = not turn.reasoning_emitted
-                        await ctx.emit(ReasoningDelta, step=step, delta=delta)
+                match part:  # the most frequent first
                     case TextPart(delta):
                         if turn.reasoning_pending:
                             await _settle_reasoning(ctx, step, turn)
                         await ctx.emit(TextDelta, step=step, delta=delta, separator=separator)
                         separator = ""  # before the step's first piece only
                         turn.text.append(delta)
+                    case ReasoningPart(delta):
+                        turn.reasoning.append(delta)
+                        turn.reasoning_pending = not turn.reasoning_emitted
+                        await ctx.emit(ReasoningDelta, step=step, delta=delta)
                     case ToolCallStartPart(call_id, name):
                         if turn.reasoning_pending:
                             await _settle_reasoning(ctx, step, turn)
