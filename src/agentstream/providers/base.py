@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, dataclass_transform
 
 from agentstream.errors import ProviderError, ProviderErrorKind
 from agentstream.events import Usage
@@ -35,6 +35,7 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["end_turn", "tool_calls", "max_tokens"]
 ClientT = TypeVar("ClientT")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,54 +82,62 @@ class ModelRequest:
     read only, the agent's own, which later runs of it share."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def part(cls: type[T]) -> type[T]:
+    """A model part: a dataclass with slots, frozen to the type checker but not at run time
+    (as ``events.event``), because a provider makes one a token and a frozen dataclass sets
+    each field through ``object.__setattr__``."""
+    return dataclass(slots=True)(cls)
+
+
+@part
 class TextPart:
     delta: str
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ReasoningPart:
     delta: str
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ReasoningSummaryPart:
     """The provider's summary of this turn's reasoning, whole."""
 
     summary: str
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ToolCallStartPart:
     id: str
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ToolCallArgsPart:
     id: str
     delta: str
     """A piece of the arguments' JSON text."""
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ToolCallEndPart:
     id: str
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class UsagePart:
     usage: Usage
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class ProviderStatePart:
     """Opaque state to keep on this turn's assistant message (see ``Message.provider_state``)."""
 
     state: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@part
 class TurnEndPart:
     stop_reason: StopReason
 
