@@ -299,12 +299,17 @@ def test_a_database_gone_away_is_503_with_retry_after_not_500(
         }
 
 
-@pytest.mark.parametrize("body", [b"{", b'{"name": "\xff"}'], ids=["not-json", "not-utf-8"])
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b'{"name": "\xff"}', b"[" * 5000 + b"]" * 5000],
+    ids=["not-json", "not-utf-8", "too-deep-to-parse"],
+)
 def test_a_document_upload_sent_as_broken_json_is_refused_as_a_form_not_a_500(
     server: LiveServer, body: bytes
 ) -> None:
     """The upload reads a form; a JSON content type with a body that is not JSON (or not
-    UTF-8) is refused like any body it cannot read, and nothing is added."""
+    UTF-8, or nested past what the parser can) is refused like any body it cannot read,
+    and nothing is added."""
     with server.client() as client:
         kb = client.post("/api/knowledge-bases", json={"name": "docs"}).json()["id"]
         response = client.post(

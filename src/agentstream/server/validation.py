@@ -39,8 +39,8 @@ async def check_request(request: Request) -> None:
     if _is_json(content_type) and await request.body():
         try:
             body = await request.json()  # parsed (and kept) by FastAPI already
-        except ValueError:  # not JSON, or not UTF-8: a route that reads a form got it
-            return  # and refuses it as a form it cannot read (a 422), not this check
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or too deep to parse:
+            return  # a route that reads a form got it, and refuses it as a form (a 422)
         _check(body)
     elif content_type.startswith(FORMS):
         for name, item in (await request.form()).multi_items():
