@@ -110,7 +110,8 @@ def _knock_out(variant: str, frames: list[int]) -> None:
 @asynccontextmanager
 async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator[list[int]]:
     """``streams`` streams of ``variant`` at ``rate`` tokens/s each, running in this process
-    for the block, past the warm-up: the count of frames sent so far, in a list."""
+    for the block, past the warm-up: the count of frames sent so far, in a list. The streams
+    are cancelled after the block; the app is not shut down (the callers' process ends)."""
     os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"] = str(1 / rate)
     from bench.servers import agentstream_app, baseline_app
 
@@ -133,9 +134,11 @@ async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator
             requests.append(asyncio.create_task(_request(app, path, body, headers, frames)))
             await asyncio.sleep(1 / 250)
         await asyncio.sleep(WARM_UP)
-        yield frames
-        for request in requests:
-            request.cancel()
+        try:
+            yield frames
+        finally:
+            for request in requests:
+                request.cancel()
 
 
 async def _measure(variant: str, streams: int) -> float:

@@ -65,8 +65,9 @@ def event(cls: type[T]) -> type[T]:
     """An event class: a dataclass with slots and keyword-only fields, frozen to the type
     checker (which holds the code and the tests to it) but not at run time, where a frozen
     dataclass sets each field through ``object.__setattr__``: a token's event took three
-    times as long to make (docs/benchmarks.md, issue 14)."""
-    return dataclass(slots=True, kw_only=True)(cls)
+    times as long to make (docs/benchmarks.md, issue 14). Hashable by its fields, as a
+    frozen one is (the type checker takes it for frozen)."""
+    return dataclass(slots=True, kw_only=True, unsafe_hash=True)(cls)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

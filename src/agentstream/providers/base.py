@@ -86,8 +86,8 @@ class ModelRequest:
 def part(cls: type[T]) -> type[T]:
     """A model part: a dataclass with slots, frozen to the type checker but not at run time
     (as ``events.event``), because a provider makes one a token and a frozen dataclass sets
-    each field through ``object.__setattr__``."""
-    return dataclass(slots=True)(cls)
+    each field through ``object.__setattr__``; hashable by its fields, as a frozen one is."""
+    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 @part

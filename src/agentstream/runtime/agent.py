@@ -328,7 +328,8 @@ async def _end_step(ctx: RunContext, step: int, summary: str | None) -> None:
 
 
 async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:
-    """The reasoning segment ended: persist it whole, once."""
+    """The reasoning segment ended: persist it whole. Called where ``reasoning_pending``
+    holds, so once a turn."""
     turn.reasoning_pending, turn.reasoning_emitted = False, True
     await ctx.emit(Reasoning, step=step, text=str(turn.reasoning))
 
