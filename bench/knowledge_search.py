@@ -168,7 +168,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
 
 def _rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for run in result["sizes"]:
         chunks = f"{run['chunks']:,}"
         rows.append(
