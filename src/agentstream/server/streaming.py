@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Context, copy_context
 
+from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -28,9 +29,7 @@ SSE_HEADERS = {
 
 _KEEPALIVE = sse.comment("keepalive").encode()
 
-_RAW_SSE_HEADERS = tuple(
-    (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in SSE_HEADERS.items()
-)
+_RAW_SSE_HEADERS = tuple(Headers(SSE_HEADERS).raw)
 _CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
 
 _OUTSIDE = "agentstream.streams_outside"
@@ -66,10 +65,7 @@ class EventStreamResponse(Response):
         self.background = None
         self.raw_headers = [  # the shared pairs, not a copy of each a live stream: 400 bytes
             *_RAW_SSE_HEADERS,
-            *(
-                (k.lower().encode("latin-1"), v.encode("latin-1"))
-                for k, v in (headers or {}).items()
-            ),
+            *(Headers(headers).raw if headers else ()),
             _CONTENT_TYPE,
         ]
 
