@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -98,9 +99,12 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_u
             except IntegrityError:
                 outcomes[seq] = "refused"
 
-        async with anyio.create_task_group() as group:  # queued together: one group
+        async with anyio.create_task_group() as group, _busy(database_url):
+            # Queued together while a write waits (on SQLite, for another process's lock):
+            # the first goes alone, the other nine as one group.
             for seq in range(2, 12):
                 group.start_soon(append, seq, run_1 if seq != 6 else no_run)
+            await anyio.sleep(0.1)
         assert outcomes == {seq: "refused" if seq == 6 else "written" for seq in range(2, 12)}
 
         await append(2, run_2)  # refused: run_2 does not exist yet
@@ -159,6 +163,60 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
                 await store.append_event(StepStarted(run_id="run_1", seq=3, ts=0.0, step=1))
                 assert store_events(path) == [1, 2, 3], "and the loop's connection writes again"
                 group.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def _busy(database_url: str) -> AsyncIterator[None]:
+    """On a SQLite file, another connection holds the write lock for the block, as another
+    process would; the writes meanwhile wait, in the file's thread, and queue behind it."""
+    if not database_url.startswith("sqlite"):
+        yield
+        return
+    with closing(sqlite3.connect(database_url.split("///", 1)[1])) as other:
+        other.execute("BEGIN IMMEDIATE")
+        yield
+        other.rollback()
+
+
+async def test_a_write_on_a_sqlite_file_takes_no_trip_through_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """A run's writes on a SQLite file are done before any other task runs: under load,
+    each trip through the event loop would wait for every ready task, and a run start
+    (its record, then its first step's event) would wait for several."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await anyio.lowlevel.checkpoint()
+                ticks += 1
+
+        agent = await store.put_agent(AgentSpec(id="a"))
+        first = RunStarted(run_id="run_1", seq=1, ts=0.0, agent_id="a", session_id="ses_1")
+        async with anyio.create_task_group() as group:
+            group.start_soon(tick)
+            await anyio.sleep(0.01)
+            before = ticks
+            await store.create_run(
+                run_id="run_1",
+                agent=agent,
+                session_id="ses_1",
+                new_session=True,
+                input="hi",
+                reasoning_requested=False,
+                first_event=first,
+                owner=OWNER,
+            )
+            for seq in range(2, 6):
+                await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+            assert ticks == before
+            group.cancel_scope.cancel()
+        assert store_events(tmp_path / "db.sqlite") == [1, 2, 3, 4, 5]
     finally:
         await store.close()
 

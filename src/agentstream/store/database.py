@@ -4,7 +4,9 @@ SQLite lets one connection write at a time; the others retry on a timer and, und
 give up with "database is locked" after seconds. So on SQLite this process's writes take
 turns on one lock, shared by every store over the engine. And the events that runs
 persist one by one are written in groups: whoever holds the turn writes every event that
-is waiting, in one transaction.
+is waiting, in one transaction. Events wait while a write is under way (on PostgreSQL,
+or on a SQLite file whose lock another process holds); a write on the loop (below) is
+over before any other task runs.
 
 The reads and writes on a run's path (``read``, ``transact``) are plain functions of a
 connection. The async SQLite driver makes three to five trips to its thread and back
@@ -46,9 +48,12 @@ class Database:
         self.engine = engine
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
-        self._turn = anyio.Lock() if engine.dialect.name == "sqlite" else None
+        # Both locks are taken at once when free (``fast_acquire``): anyio's default lets
+        # every other ready task run first, a trip through the event loop on each, twice a
+        # persisted event, and under load each trip waits for the whole loop.
+        self._turn = anyio.Lock(fast_acquire=True) if engine.dialect.name == "sqlite" else None
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
-        self._grouping = anyio.Lock()
+        self._grouping = anyio.Lock(fast_acquire=True)
         self._waiting: list[_Insert] = []
         self._autocommit: AsyncEngine | None = None
         """On PostgreSQL, for statements that are whole on their own: no ``BEGIN`` and
