@@ -42,10 +42,14 @@ WINDOW = 4.0
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
-async def _request(
-    app: Any, path: str, body: dict[str, Any], headers: dict[str, str], frames: list[int]
+async def request(
+    app: Any,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    on_body: Callable[[bytes], None],
 ) -> None:
-    """One POST through ``app``, its body's frames counted into ``frames[0]``."""
+    """One POST through ``app``; ``on_body`` takes each piece of the response's body."""
     left = asyncio.Event()
     pending = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
 
@@ -57,7 +61,7 @@ async def _request(
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.body":
-            frames[0] += message.get("body", b"").count(b"\n\n")
+            on_body(message.get("body", b""))
 
     scope = {
         "type": "http",
@@ -129,16 +133,20 @@ async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator
             key = (Path(data_dir) / "demo-key").read_text().strip()
             path, headers = "/api/agents/words/run/stream", {"apikey": key}
             body = {"message": f"Write {TOKENS} words", "reasoning": False}
+
+        def count(chunk: bytes) -> None:
+            frames[0] += chunk.count(b"\n\n")
+
         requests = []
         for _ in range(streams):
-            requests.append(asyncio.create_task(_request(app, path, body, headers, frames)))
+            requests.append(asyncio.create_task(request(app, path, body, headers, count)))
             await asyncio.sleep(1 / 250)
         await asyncio.sleep(WARM_UP)
         try:
             yield frames
         finally:
-            for request in requests:
-                request.cancel()
+            for started in requests:
+                started.cancel()
 
 
 async def _measure(variant: str, streams: int) -> float:
