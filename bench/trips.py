@@ -4,9 +4,10 @@ Each time a run's way waits for the event loop, it waits behind every task that 
 under load, the count of those waits multiplies the loop's busy time into the time to first
 token. Counted on an idle loop by a callback that schedules itself again at every iteration,
 it is the same from run to run. A one-token run of the bench's ``words`` agent (no token
-delay), through the app's ASGI interface in this process; printed, for the working tree and
-each ``REV`` (``git archive``): the iterations from the request to each piece of the
-response's body, with the events of its frames.
+delay), through the app's ASGI interface in this process, on uvloop; printed, for the
+working tree and each ``REV`` (``git archive`` of its ``src``, run from the repository):
+the iterations from the request to each piece of the response's body, with the events of
+its frames.
 """
 
 from __future__ import annotations
@@ -68,14 +69,12 @@ async def _count() -> None:
 def trips(source: Path) -> list[tuple[int, str]]:
     """The counted run's pieces of body with agentstream imported from ``source``."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(source / "src"), str(BENCH_ROOT)])}
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.trips", "--one"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [(int(at), event) for at, event in (line.split() for line in out.splitlines())]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.trips", "--one"], env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        raise RuntimeError(f"{source}: nothing counted\n{done.stderr[-2000:]}")
+    return [(int(at), events) for at, events in (line.split() for line in done.stdout.splitlines())]
 
 
 def main() -> None:
@@ -83,6 +82,7 @@ def main() -> None:
         import uvloop
 
         uvloop.run(_count())
+        return
     columns: list[tuple[str, list[tuple[int, str]]]] = [("working tree", trips(BENCH_ROOT))]
     for revision in sys.argv[1:]:
         with tempfile.TemporaryDirectory() as source:
@@ -91,7 +91,7 @@ def main() -> None:
     print("Event loop iterations from a one-token run's request to each piece of its body")
     for name, pieces in columns:
         print(f"\n{name}")
-        print(text_table(("iteration", "frames"), [(str(at), e) for at, e in pieces]))
+        print(text_table(("iteration", "events"), [(str(at), e) for at, e in pieces]))
 
 
 if __name__ == "__main__":

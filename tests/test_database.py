@@ -40,6 +40,7 @@ from agentstream.runlog import RunLog
 from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.store import Store
+from agentstream.store.database import Database
 from agentstream.store.processes import ProcessStore
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import RunEventRow
@@ -82,7 +83,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_url: str) -> None:
+async def test_one_bad_row_fails_only_its_caller_and_is_never_written(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Events queued together go in together (one statement on PostgreSQL, outside a
     transaction); a bad one fails its caller alone, and nothing of it is written."""
     store = await Store.open(database_url)
@@ -99,12 +102,11 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(database_u
             except IntegrityError:
                 outcomes[seq] = "refused"
 
-        async with anyio.create_task_group() as group, _busy(database_url):
-            # Queued together while a write waits (on SQLite, for another process's lock):
-            # the first goes alone, the other nine as one group.
+        groups = _groups_written(monkeypatch)
+        async with anyio.create_task_group() as group:
             for seq in range(2, 12):
                 group.start_soon(append, seq, run_1 if seq != 6 else no_run)
-            await anyio.sleep(0.1)
+        assert groups == [1, 9], "a burst: the first alone, the other nine queued together"
         assert outcomes == {seq: "refused" if seq == 6 else "written" for seq in range(2, 12)}
 
         await append(2, run_2)  # refused: run_2 does not exist yet
@@ -167,25 +169,25 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
         await store.close()
 
 
-@asynccontextmanager
-async def _busy(database_url: str) -> AsyncIterator[None]:
-    """On a SQLite file, another connection holds the write lock for the block, as another
-    process would; the writes meanwhile wait, in the file's thread, and queue behind it."""
-    if not database_url.startswith("sqlite"):
-        yield
-        return
-    with closing(sqlite3.connect(database_url.split("///", 1)[1])) as other:
-        other.execute("BEGIN IMMEDIATE")
-        yield
-        other.rollback()
+def _groups_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the groups of inserts written from now on, in order."""
+    sizes: list[int] = []
+    write_group = Database._insert_group
+
+    async def counted(database: Database, group: list[Any]) -> None:
+        sizes.append(len(group))
+        await write_group(database, group)
+
+    monkeypatch.setattr(Database, "_insert_group", counted)
+    return sizes
 
 
 async def test_a_write_on_a_sqlite_file_takes_no_trip_through_the_event_loop(
     tmp_path: Path,
 ) -> None:
-    """A run's writes on a SQLite file are done before any other task runs: under load,
-    each trip through the event loop would wait for every ready task, and a run start
-    (its record, then its first step's event) would wait for several."""
+    """A task's writes on a SQLite file (a run's record, then its events) are done before
+    any other task runs: under load, each trip through the event loop would wait for every
+    ready task, and a run start would wait for several."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     try:
         ticks = 0

@@ -6,7 +6,9 @@ turns on one lock, shared by every store over the engine. And the events that ru
 persist one by one are written in groups: whoever holds the turn writes every event that
 is waiting, in one transaction. Events wait while a write is under way (on PostgreSQL,
 or on a SQLite file whose lock another process holds); a write on the loop (below) is
-over before any other task runs.
+over before any other task runs, so there an insert goes at once, unless another task's
+went in during the same iteration of the event loop: then it waits one iteration for the
+rest of their burst.
 
 The reads and writes on a run's path (``read``, ``transact``) are plain functions of a
 connection. The async SQLite driver makes three to five trips to its thread and back
@@ -26,6 +28,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 from sqlalchemy import Connection, Insert, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import ExceptionContext
@@ -48,13 +51,18 @@ class Database:
         self.engine = engine
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
-        # Both locks are taken at once when free (``fast_acquire``): anyio's default lets
-        # every other ready task run first, a trip through the event loop on each, twice a
-        # persisted event, and under load each trip waits for the whole loop.
+        # Both locks are taken at once when free (``fast_acquire``): by default anyio takes
+        # a free lock and then lets every other ready task run, a trip through the event
+        # loop each time, twice a persisted event, and under load each trip waits for the
+        # whole loop.
         self._turn = anyio.Lock(fast_acquire=True) if engine.dialect.name == "sqlite" else None
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
         self._grouping = anyio.Lock(fast_acquire=True)
         self._waiting: list[_Insert] = []
+        self._wrote_this_iteration: asyncio.Task[Any] | None = None
+        """The task whose group went in during this iteration of the event loop, if one did:
+        an insert of another task in the same iteration is a burst, and waits for the rest
+        of it (``insert``)."""
         self._autocommit: AsyncEngine | None = None
         """On PostgreSQL, for statements that are whole on their own: no ``BEGIN`` and
         ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
@@ -124,12 +132,21 @@ class Database:
         next, so a row may refer to an earlier one (a run to its new session); None keeps a
         position empty.
         """
-        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[None] = loop.create_future()
         self._waiting.append((rows, written))
         async with self._grouping:
             if written.done():
                 return written.result()
+            task = asyncio.current_task()
+            if self._wrote_this_iteration not in (None, task):
+                # A burst (a write on the loop is over before the next task's insert): the
+                # rest of it queues behind this one while the loop goes round once.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             group, self._waiting = self._waiting, []
+            if self._wrote_this_iteration is None:
+                loop.call_soon(setattr, self, "_wrote_this_iteration", None)
+            self._wrote_this_iteration = task
             try:
                 await self._insert_group(group)
             except Exception as exc:
