@@ -5,7 +5,7 @@ Each line adds one layer to the one before: the INSERT and COMMIT through ``sqli
 alone; the row made from the event and written through SQLAlchemy (``database.add``) in
 the calling thread; then from the event loop through ``Database.transact`` (its turn to
 write, and ``store.sqlite_file``'s connection on the loop); then grouped with other
-runs' events (``Database.insert``); then the whole ``Store.append_event``. CPU time of
+runs' events (``Database.insert``); then the whole ``Store.append_events``. CPU time of
 the process (all its threads), per event, N events one after the other. The first two
 layers' connections checkpoint the WAL now and then as SQLite does by default; the
 store's do it in a thread every ``SQLiteFile.CHECKPOINT_EVERY`` writes.
@@ -91,7 +91,7 @@ async def _layers(store: Store, path: Path, events: int) -> list[tuple[str, floa
         ("row and SQLAlchemy, same thread", same_thread),
         ("from the loop (transact)", lambda: store.db.transact(write_row)),
         ("grouped (Database.insert)", lambda: store.db.insert(event_row(next_event()))),
-        ("Store.append_event", lambda: store.append_event(next_event())),
+        ("Store.append_events", lambda: store.append_events(next_event())),
     ]
     figures = []
     for name, write in layers:

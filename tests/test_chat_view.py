@@ -90,7 +90,7 @@ def script(turns: list[Turn]) -> Any:
 
 
 class _NoStore:
-    async def append_event(self, event: BaseEvent) -> None:
+    async def append_events(self, *events: BaseEvent) -> None:
         pass
 
 

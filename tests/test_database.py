@@ -4,6 +4,7 @@ workflow executions share."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 import uuid
@@ -35,10 +36,24 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.providers.base import Message
+from agentstream.providers.base import (
+    Message,
+    ModelPart,
+    ModelRequest,
+    ReasoningSummaryPart,
+    TextPart,
+    ToolCallArgsPart,
+    ToolCallEndPart,
+    ToolCallStartPart,
+    TurnEndPart,
+)
+from agentstream.providers.scripted import ScriptedModel
 from agentstream.runlog import RunLog
+from agentstream.runtime.agent import AgentState, run_agent
+from agentstream.runtime.context import RunContext
 from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
+from agentstream.runtime.tools import Tool
 from agentstream.store import Store
 from agentstream.store.database import Database
 from agentstream.store.processes import ProcessStore
@@ -97,7 +112,7 @@ async def test_one_bad_row_fails_only_its_caller_and_is_never_written(
 
         async def append(seq: int, run_id: str) -> None:
             try:
-                await store.append_event(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
+                await store.append_events(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
                 outcomes[seq] = "written"
             except IntegrityError:
                 outcomes[seq] = "refused"
@@ -148,7 +163,7 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
             written = anyio.Event()
 
             async def append() -> None:
-                await store.append_event(StepStarted(run_id="run_1", seq=2, ts=0.0, step=1))
+                await store.append_events(StepStarted(run_id="run_1", seq=2, ts=0.0, step=1))
                 written.set()
 
             async with anyio.create_task_group() as group:
@@ -162,7 +177,7 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
                 with anyio.fail_after(5):
                     await written.wait()
                 assert store_events(path) == [1, 2]
-                await store.append_event(StepStarted(run_id="run_1", seq=3, ts=0.0, step=1))
+                await store.append_events(StepStarted(run_id="run_1", seq=3, ts=0.0, step=1))
                 assert store_events(path) == [1, 2, 3], "and the loop's connection writes again"
                 group.cancel_scope.cancel()
     finally:
@@ -215,7 +230,7 @@ async def test_a_write_on_a_sqlite_file_takes_no_trip_through_the_event_loop(
                 owner=OWNER,
             )
             for seq in range(2, 6):
-                await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+                await store.append_events(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
             assert ticks == before
             group.cancel_scope.cancel()
         assert store_events(tmp_path / "db.sqlite") == [1, 2, 3, 4, 5]
@@ -251,7 +266,7 @@ async def test_the_wal_is_checkpointed_by_the_files_thread_alone(
     try:
         await create_run(store, "run_1", "ses_1")
         for seq in range(2, 602):
-            await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+            await store.append_events(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
         with closing(sqlite3.connect(path)) as db:
             (_, frames, _) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     finally:
@@ -280,7 +295,7 @@ async def test_a_reader_in_the_wal_does_not_hold_the_writes_up(
             reader.execute("select count(*) from run_events").fetchone()  # holds its snapshot
             with anyio.fail_after(10):  # six checkpoints: 30 s if each waited it out
                 for seq in range(2, 32):
-                    await store.append_event(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+                    await store.append_events(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
             reader.execute("COMMIT")
         assert store_events(path) == list(range(1, 32))
     finally:
@@ -309,6 +324,65 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
             assert (await store.get_run(f"run_{n}")) is not None
             assert await store.session_agent(f"ses_{n}") == "a"
         assert await store.get_run("run_7") is None
+    finally:
+        await store.close()
+
+
+async def test_a_step_hands_the_store_its_calls_and_its_ending_at_once(tmp_path: Path) -> None:
+    """The events a step emits together are written together: its tool calls in one write,
+    its ending (the answer's text, its summary, ``step_completed``) in one more; each a
+    transaction, and on PostgreSQL a round trip, where one each cost as many."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    agent = AgentSpec(id="a")
+    await create_run(store, "run_1", "ses_1")
+    writes: list[list[str]] = []
+    append = store.append_events
+
+    async def recorded(*events: BaseEvent) -> None:
+        writes.append([type(event).__name__ for event in events])
+        await append(*events)
+
+    store.append_events = recorded  # type: ignore[method-assign]
+
+    def turns(request: ModelRequest) -> list[ModelPart]:
+        if request.messages[-1].role == "tool":
+            return [TextPart("Done."), ReasoningSummaryPart("Added."), TurnEndPart("end_turn")]
+        calls: list[ModelPart] = []
+        for call_id in ("c0", "c1", "c2"):
+            calls += [
+                ToolCallStartPart(call_id, "add"),
+                ToolCallArgsPart(call_id, "{}"),
+                ToolCallEndPart(call_id),
+            ]
+        return [TextPart("Let me add."), *calls, TurnEndPart("tool_calls")]
+
+    def add() -> int:
+        return 1
+
+    log = RunLog()
+    log.open("run_1", after=1)
+    ctx = RunContext("run_1", log=log, store=store, seq=1)
+    try:
+        await run_agent(
+            ctx,
+            agent,
+            ScriptedModel("s", turns),
+            [Tool.from_function(add)],
+            state=AgentState.begin(agent, [], "go"),
+            reasoning=False,
+        )
+        assert writes == [
+            ["StepStarted"],
+            ["ToolCall", "ToolCall", "ToolCall"],
+            ["ToolResult"],
+            ["ToolResult"],
+            ["ToolResult"],
+            ["StepCompleted"],
+            ["StepStarted"],
+            ["Text", "ReasoningSummary", "StepCompleted"],
+        ]
+        stored = [type(event).__name__ for event in await store.run_events("run_1")]
+        assert stored == ["RunStarted", *itertools.chain(*writes)]
     finally:
         await store.close()
 
@@ -402,7 +476,7 @@ async def test_a_workflows_events_are_kept_and_read_back_unchanged(database_url:
             wfx, flow("f"), version=1, draft=False, input=None, owner=OWNER
         )
         for event in events:
-            await workflows.append_event(event)
+            await workflows.append_events(event)
         await workflows.finish_execution(
             wfx, status="error", result=None, error="failed", last_event=last
         )
@@ -440,7 +514,7 @@ async def test_runs_of_a_dead_process_end_interrupted_once_and_live_ones_are_lef
             wfx, flow("f"), version=1, draft=False, input=None, owner=OWNER
         )
         started = RunStarted(run_id=wfx, seq=1, ts=1.0, workflow_id="f")
-        await workflows.append_event(started)
+        await workflows.append_events(started)
 
         me = Leases(processes, Supervisor(RunLog()), lease_seconds=15)
         assert await me.join("here", alone=False) == 2

@@ -214,7 +214,7 @@ async def test_a_live_agent_run_keeps_no_more_of_its_tokens_than_the_log_does() 
             yield TurnEndPart("end_turn")
 
     class NoStore:
-        async def append_event(self, event: Event) -> None:
+        async def append_events(self, *events: Event) -> None:
             pass
 
     log = RunLog()

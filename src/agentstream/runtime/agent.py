@@ -24,6 +24,7 @@ from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
     STEP_SEPARATOR,
     ApprovalRequested,
+    BaseEvent,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -217,12 +218,9 @@ async def run_agent(
             text = str(turn.text)
             state.streamed_text = state.streamed_text or bool(text)
             if not turn.calls:
-                await ctx.emit(Text, step=step, text=text)
-                await _end_step(ctx, step, turn.summary)
+                await _end_step(ctx, step, turn.summary, (Text, {"step": step, "text": text}))
                 answer = Message(role="assistant", content=text, provider_state=turn.provider_state)
                 return AgentAnswer(content=text, memory=[*state.memory, answer])
-            if text:
-                await ctx.emit(TextRetracted, step=step, text=text)
             calls = [_parse_call(i, name, pieces) for i, (name, pieces) in turn.calls.items()]
             assistant = Message(
                 role="assistant",
@@ -231,24 +229,37 @@ async def run_agent(
             )
             calls, provider_ids = _ids_in_run(state, calls)
             pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
-            for call, _ in calls:
-                await ctx.emit(
-                    ToolCall,
-                    step=step,
-                    call_id=call.id,
-                    tool_name=call.name,
-                    arguments=call.arguments,
-                )
+            await ctx.emit_all(
+                *([(TextRetracted, {"step": step, "text": text})] if text else []),
+                *(
+                    (
+                        ToolCall,
+                        {
+                            "step": step,
+                            "call_id": call.id,
+                            "tool_name": call.name,
+                            "arguments": call.arguments,
+                        },
+                    )
+                    for call, _ in calls
+                ),
+            )
             if asked := [call for call, _ in calls if call.name in gated]:
                 state.pending = pending
-                for call in asked:
-                    await ctx.emit(
-                        ApprovalRequested,
-                        step=step,
-                        call_id=call.id,
-                        tool_name=call.name,
-                        tool_input=call.arguments,
+                await ctx.emit_all(
+                    *(
+                        (
+                            ApprovalRequested,
+                            {
+                                "step": step,
+                                "call_id": call.id,
+                                "tool_name": call.name,
+                                "tool_input": call.arguments,
+                            },
+                        )
+                        for call in asked
                     )
+                )
                 raise AwaitingApproval(state, asked)
         for call, _ in pending.calls:
             ctx.open_tool_calls[call.id] = (step, call.name)
@@ -321,10 +332,12 @@ async def _model_turn(
     return turn
 
 
-async def _end_step(ctx: RunContext, step: int, summary: str | None) -> None:
-    if summary:
-        await ctx.emit(ReasoningSummary, step=step, summary=summary)
-    await ctx.emit(StepCompleted, step=step)
+async def _end_step(
+    ctx: RunContext, step: int, summary: str | None, *first: tuple[type[BaseEvent], dict[str, Any]]
+) -> None:
+    """The step's last events, after ``first``: in one write."""
+    summarized = [(ReasoningSummary, {"step": step, "summary": summary})] if summary else []
+    await ctx.emit_all(*first, *summarized, (StepCompleted, {"step": step}))
 
 
 async def _settle_reasoning(ctx: RunContext, step: int, turn: _Turn) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -46,10 +46,15 @@ class RunSink:
         self.store = store
 
     async def __call__(self, event: BaseEvent) -> None:
-        if event.persisted:
+        await self.all([event])
+
+    async def all(self, events: Sequence[BaseEvent]) -> None:
+        """Events that came at once: the persisted ones in one write, then each published."""
+        if persisted := [event for event in events if event.persisted]:
             with anyio.CancelScope(shield=True):
-                await self.store.append_event(event)
-        self.log.append(event)
+                await self.store.append_events(*persisted)
+        for event in events:
+            self.log.append(event)
 
 
 class RunContext:
@@ -124,6 +129,17 @@ class RunContext:
             event = self._stamped(kind, fields)
             await self._sink(event)
             return event
+
+    async def emit_all(self, *events: tuple[type[BaseEvent], dict[str, Any]]) -> None:
+        """``emit`` for events that come at once, each a kind and its fields: a run's own sink
+        persists them in one write, not one each (a step's calls, its ending)."""
+        async with self._in_order:
+            stamped = [self._stamped(kind, fields) for kind, fields in events]
+            if isinstance(self._sink, RunSink):
+                await self._sink.all(stamped)
+            else:
+                for event in stamped:
+                    await self._sink(event)
 
     async def forward(self, event: BaseEvent, *, block_id: str) -> None:
         """Hand the sink another run's event (an agent's, in a workflow block) as this run's

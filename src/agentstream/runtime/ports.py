@@ -37,7 +37,9 @@ class EventStore(Protocol):
     """What a run's emitter needs of the store: its persisted events, and a last resort
     when recording its outcome failed."""
 
-    async def append_event(self, event: BaseEvent) -> None: ...
+    async def append_events(self, *events: BaseEvent) -> None:
+        """Persist events that came at once, in one write: all or none."""
+        ...
 
     async def mark_failed(self, run_id: str, error: str) -> None: ...
 

@@ -62,8 +62,9 @@ class RunStore:
         first = None if first_event is None else event_row(first_event)
         await self._db.insert(session, run, first)
 
-    async def append(self, event: BaseEvent) -> None:
-        await self._db.insert(event_row(event))  # grouped with other runs' events
+    async def append(self, *events: BaseEvent) -> None:
+        """Events of a run that came at once: in one write, grouped with other runs' events."""
+        await self._db.insert(*(event_row(event) for event in events))
 
     async def finish(
         self,

@@ -412,8 +412,8 @@ class Store:
                 f"Session {session_id!r} already has a run in progress", field="session_id"
             ) from None
 
-    async def append_event(self, event: BaseEvent) -> None:
-        await self.runs.append(event)
+    async def append_events(self, *events: BaseEvent) -> None:
+        await self.runs.append(*events)
 
     async def finish_run(
         self,

@@ -132,8 +132,8 @@ class WorkflowStore:
             )
         )
 
-    async def append_event(self, event: BaseEvent) -> None:
-        await self._runs.append(event)
+    async def append_events(self, *events: BaseEvent) -> None:
+        await self._runs.append(*events)
 
     async def finish_execution(
         self,
