@@ -30,6 +30,7 @@ from agentstream.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    StepCompleted,
     StepStarted,
     Text,
     ToolCall,
@@ -385,6 +386,35 @@ async def test_a_step_hands_the_store_its_calls_and_its_ending_at_once(tmp_path:
         assert stored == ["RunStarted", *itertools.chain(*writes)]
     finally:
         await store.close()
+
+
+async def test_events_whose_write_failed_give_their_seqs_back() -> None:
+    """Nothing of a write that failed was published, and the run's next event (its
+    terminal one) takes the first seq it left: no hole, so the log's last seq is the run's
+    last event's, where viewers in other processes stop."""
+
+    class Refusing:
+        async def append_events(self, *events: BaseEvent) -> None:
+            if len(events) > 1:
+                raise IntegrityError("INSERT", {}, Exception("refused"))
+
+        async def mark_failed(self, run_id: str, error: str) -> None:
+            pass
+
+    log = RunLog()
+    log.open("run_1", after=1)
+    seen = log.subscribe("run_1", after=1)
+    ctx = RunContext("run_1", log=log, store=Refusing(), seq=1)
+    await ctx.emit(StepStarted, step=1)
+    with pytest.raises(IntegrityError):
+        await ctx.emit_all((Text, {"step": 1, "text": "hi"}), (StepCompleted, {"step": 1}))
+    await ctx.end(
+        ctx.stamp(RunFailed, status="error", message="no"), lambda _: anyio.lowlevel.checkpoint()
+    )
+    assert [(type(e).__name__, e.seq) for e in await seen.next_batch()] == [
+        ("StepStarted", 2),
+        ("RunFailed", 3),
+    ]
 
 
 # --- the one run path: agent runs and workflow executions alike ------------------------------

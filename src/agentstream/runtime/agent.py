@@ -229,8 +229,9 @@ async def run_agent(
             )
             calls, provider_ids = _ids_in_run(state, calls)
             pending = PendingTurn(step, assistant, calls, turn.summary, provider_ids)
+            if text:
+                await ctx.emit(TextRetracted, step=step, text=text)  # at once, not stored
             await ctx.emit_all(
-                *([(TextRetracted, {"step": step, "text": text})] if text else []),
                 *(
                     (
                         ToolCall,
@@ -242,7 +243,7 @@ async def run_agent(
                         },
                     )
                     for call, _ in calls
-                ),
+                )
             )
             if asked := [call for call, _ in calls if call.name in gated]:
                 state.pending = pending

@@ -127,19 +127,30 @@ class RunContext:
             return event
         async with self._in_order:
             event = self._stamped(kind, fields)
-            await self._sink(event)
+            await self._deliver([event])
             return event
 
     async def emit_all(self, *events: tuple[type[BaseEvent], dict[str, Any]]) -> None:
         """``emit`` for events that come at once, each a kind and its fields: a run's own sink
         persists them in one write, not one each (a step's calls, its ending)."""
         async with self._in_order:
-            stamped = [self._stamped(kind, fields) for kind, fields in events]
+            await self._deliver([self._stamped(kind, fields) for kind, fields in events])
+
+    async def _deliver(self, events: list[BaseEvent]) -> None:
+        """Hand stamped events to the sink, to a run's own all at once. Those it did not take
+        give their seqs back: the run's seqs stay without a hole, and its log's last seq is
+        its last event's (where viewers in other processes stop)."""
+        delivered = 0
+        try:
             if isinstance(self._sink, RunSink):
-                await self._sink.all(stamped)
+                await self._sink.all(events)  # all or none
             else:
-                for event in stamped:
+                for event in events:
                     await self._sink(event)
+                    delivered += 1
+        except Exception:
+            self._seq -= len(events) - delivered
+            raise
 
     async def forward(self, event: BaseEvent, *, block_id: str) -> None:
         """Hand the sink another run's event (an agent's, in a workflow block) as this run's

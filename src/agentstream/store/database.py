@@ -3,12 +3,12 @@
 SQLite lets one connection write at a time; the others retry on a timer and, under load,
 give up with "database is locked" after seconds. So on SQLite this process's writes take
 turns on one lock, shared by every store over the engine. And the events that runs
-persist one by one are written in groups: whoever holds the turn writes every event that
-is waiting, in one transaction. Events wait while a write is under way (on PostgreSQL,
-or on a SQLite file whose lock another process holds); a write on the loop (below) is
-over before any other task runs, so there an insert goes at once, unless another task's
-went in during the same iteration of the event loop: then it waits one iteration for the
-rest of their burst.
+persist one by one are written in groups: whoever leads writes every event that is
+waiting, in one transaction. Events wait while a write is under way (on PostgreSQL, or on
+a SQLite file whose lock another process holds); a write on the loop (below) is over
+before any other task runs, so there an insert goes at once, unless another task's went in
+a moment before (until the event loop has run the callbacks ready then): then it waits
+one iteration for the rest of their burst.
 
 The reads and writes on a run's path (``read``, ``transact``) are plain functions of a
 connection. The async SQLite driver makes three to five trips to its thread and back
@@ -51,18 +51,18 @@ class Database:
         self.engine = engine
         self.session = async_sessionmaker(engine, expire_on_commit=False)
         """For reads."""
-        # Both locks are taken at once when free (``fast_acquire``): by default anyio takes
-        # a free lock and then lets every other ready task run, a trip through the event
-        # loop each time, twice a persisted event, and under load each trip waits for the
-        # whole loop.
+        # Taken at once when free (``fast_acquire``): by default anyio takes a free lock and
+        # then lets every other ready task run, a trip through the event loop each time,
+        # and under load each trip waits for the whole loop.
         self._turn = anyio.Lock(fast_acquire=True) if engine.dialect.name == "sqlite" else None
         self._insert = sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert
-        self._grouping = anyio.Lock(fast_acquire=True)
-        self._waiting: list[_Insert] = []
+        self._waiting: list[_Queued] = []
+        self._leading = False
+        """A caller is writing the rows that wait (``insert``); the others wait for it."""
         self._wrote_this_iteration: asyncio.Task[Any] | None = None
-        """The task whose group went in during this iteration of the event loop, if one did:
-        an insert of another task in the same iteration is a burst, and waits for the rest
-        of it (``insert``)."""
+        """The task whose group went in a moment ago (until the event loop has run the
+        callbacks ready then), if one did: an insert of another task meanwhile is a burst,
+        and waits for the rest of it (``insert``)."""
         self._autocommit: AsyncEngine | None = None
         """On PostgreSQL, for statements that are whole on their own: no ``BEGIN`` and
         ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
@@ -131,53 +131,85 @@ class Database:
         Rows go in the given order, each position flushed for the whole group before the
         next, so a row may refer to an earlier one (a run to its new session); None keeps a
         position empty.
+
+        Callers take turns to lead: one writes every row waiting, in one transaction, and
+        each of those callers resumes as soon as it is done (waiting for a lock instead, they
+        would resume one an iteration of the event loop, each handing it to the next); then
+        the next caller waiting, if one is, leads.
         """
         loop = asyncio.get_running_loop()
-        written: asyncio.Future[None] = loop.create_future()
-        self._waiting.append((rows, written))
-        async with self._grouping:
-            if written.done():
-                return written.result()
-            task = asyncio.current_task()
-            if self._wrote_this_iteration not in (None, task):
-                # A burst (a write on the loop is over before the next task's insert): the
-                # rest of it queues behind this one while the loop goes round once.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-            group, self._waiting = self._waiting, []
-            if self._wrote_this_iteration is None:
-                loop.call_soon(setattr, self, "_wrote_this_iteration", None)
-            self._wrote_this_iteration = task
+        queued = _Queued(rows, loop)
+        self._waiting.append(queued)
+        if self._leading:
             try:
-                await self._insert_group(group)
-            except Exception as exc:
-                for _, unwritten in group:
-                    if not unwritten.done():
-                        unwritten.set_exception(exc)
-            except BaseException:
-                # Cancelled while writing: the others' rows go back for their owners.
-                self._waiting[:0] = [item for item in group if item[1] is not written]
+                if await asyncio.shield(queued.outcome):
+                    return  # written
+            except asyncio.CancelledError:
+                self._withdraw(queued)
                 raise
-        return written.result()
-
-    async def _insert_group(self, group: list[_Insert]) -> None:
+            queued.outcome = loop.create_future()  # this caller leads now
+        self._leading = True
         try:
-            await self._write_rows([rows for rows, _ in group])
+            with anyio.CancelScope(shield=True):  # it writes others' rows too
+                await self._write_waiting(loop)
+        finally:
+            self._pass_lead()
+        queued.outcome.result()
+
+    async def _write_waiting(self, loop: asyncio.AbstractEventLoop) -> None:
+        task = asyncio.current_task()
+        if self._wrote_this_iteration not in (None, task):
+            # A burst (a write on the loop is over before the next task's insert): the rest
+            # of it queues behind this one while the loop goes round once.
+            await anyio.lowlevel.checkpoint()
+        group, self._waiting = self._waiting, []
+        if self._wrote_this_iteration is None:
+            loop.call_soon(setattr, self, "_wrote_this_iteration", None)
+        self._wrote_this_iteration = task
+        try:
+            await self._insert_group(group)
+        except Exception as exc:
+            for unwritten in group:
+                if not unwritten.outcome.done():
+                    unwritten.outcome.set_exception(exc)
+        except BaseException:
+            self._waiting[:0] = [queued for queued in group if not queued.outcome.done()]
+            raise
+
+    def _pass_lead(self) -> None:
+        """The leader is done: the first caller still waiting leads next."""
+        if self._waiting:
+            self._waiting[0].outcome.set_result(False)
+        else:
+            self._leading = False
+
+    def _withdraw(self, queued: _Queued) -> None:
+        """A waiting caller was cancelled: its rows, not written yet, are not written; and
+        if it had just been told to lead, the next one does."""
+        if queued in self._waiting:
+            self._waiting.remove(queued)
+            if queued.outcome.done() and not queued.outcome.result():
+                self._pass_lead()
+
+    async def _insert_group(self, group: list[_Queued]) -> None:
+        try:
+            await self._write_rows([queued.rows for queued in group])
         except Exception as exc:
             if len(group) == 1 or not _a_rows_fault(exc):
                 raise
             await self._insert_each(group)  # one bad row must not fail the others
         else:
-            for _, written in group:
-                written.set_result(None)
+            for queued in group:
+                queued.outcome.set_result(True)
 
-    async def _insert_each(self, group: list[_Insert]) -> None:
-        for rows, written in group:
+    async def _insert_each(self, group: list[_Queued]) -> None:
+        for queued in group:
             try:
-                await self._write_rows([rows])
+                await self._write_rows([queued.rows])
             except Exception as exc:
-                written.set_exception(exc)
+                queued.outcome.set_exception(exc)
             else:
-                written.set_result(None)
+                queued.outcome.set_result(True)
 
     async def _write_rows(self, inserts: list[tuple[Base | None, ...]]) -> None:
         """Every row of ``inserts`` (``_add_in_order``), or none. On PostgreSQL, one
@@ -193,7 +225,17 @@ class Database:
 
 
 _Row = TypeVar("_Row", bound=Base)
-_Insert = tuple[tuple[Base | None, ...], asyncio.Future[None]]
+
+
+class _Queued:
+    """A caller's rows, waiting to be written."""
+
+    __slots__ = ("outcome", "rows")
+
+    def __init__(self, rows: tuple[Base | None, ...], loop: asyncio.AbstractEventLoop) -> None:
+        self.rows = rows
+        self.outcome: asyncio.Future[bool] = loop.create_future()
+        """True once written; False if not, and the caller now leads the writes."""
 
 
 def add(connection: Connection, rows: Iterable[Base]) -> None:
@@ -227,8 +269,8 @@ def _columns(table: type[Base]) -> tuple[str, ...]:
 
 
 def _one_statement(inserts: list[tuple[Base | None, ...]]) -> bool:
-    """Rows of one table, in one position: ``_add_in_order`` makes them one INSERT."""
-    return all(len(rows) == 1 for rows in inserts) and len({type(r[0]) for r in inserts}) == 1
+    """Rows of one table (runs' events): ``_add_in_order`` makes them one INSERT."""
+    return len({type(row) for rows in inserts for row in rows if row is not None}) == 1
 
 
 def _a_rows_fault(exc: Exception) -> bool:
@@ -241,7 +283,11 @@ def _a_rows_fault(exc: Exception) -> bool:
 
 
 def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:
-    """Position by position: one INSERT per table for each, whatever the count."""
+    """Position by position: one INSERT per table for each, whatever the count; rows of one
+    table, one INSERT in all."""
+    if _one_statement(inserts):
+        add(connection, (row for rows in inserts for row in rows if row is not None))
+        return
     for position in range(max(len(rows) for rows in inserts)):
         at = (rows[position] for rows in inserts if position < len(rows))
         add(connection, (row for row in at if row is not None))
