@@ -214,22 +214,12 @@ async def test_a_write_on_a_sqlite_file_takes_no_trip_through_the_event_loop(
                 await anyio.lowlevel.checkpoint()
                 ticks += 1
 
-        agent = await store.put_agent(AgentSpec(id="a"))
-        first = RunStarted(run_id="run_1", seq=1, ts=0.0, agent_id="a", session_id="ses_1")
+        await store.put_agent(AgentSpec(id="a"))  # found by create_run on the loop, no trip
         async with anyio.create_task_group() as group:
             group.start_soon(tick)
             await anyio.sleep(0.01)
             before = ticks
-            await store.create_run(
-                run_id="run_1",
-                agent=agent,
-                session_id="ses_1",
-                new_session=True,
-                input="hi",
-                reasoning_requested=False,
-                first_event=first,
-                owner=OWNER,
-            )
+            await create_run(store, "run_1", "ses_1")
             for seq in range(2, 6):
                 await store.append_events(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
             assert ticks == before
