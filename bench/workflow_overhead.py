@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentstream.events import BaseEvent
@@ -72,8 +72,8 @@ async def _measure() -> dict[str, Any]:
     engine = WorkflowEngine(functions={"noop": noop})
     kept: list[BaseEvent] = []
 
-    async def sink(event: BaseEvent) -> None:
-        kept.append(event)
+    async def sink(events: Sequence[BaseEvent]) -> None:
+        kept.extend(events)
 
     def executing(workflow: Workflow) -> Callable[[], Awaitable[Any]]:
         async def run() -> None:

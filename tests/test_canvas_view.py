@@ -4,6 +4,7 @@ workflow event, order, the PII redaction rule, tool secrecy and the thinking cap
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, cast
 
 import anyio
@@ -411,8 +412,8 @@ async def test_a_real_execution_assembles_each_blocks_text_and_keeps_tool_argume
     )
     events: list[Event] = []
 
-    async def sink(event: BaseEvent) -> None:
-        events.append(cast(Event, event))  # the runtime makes only the union's events
+    async def sink(batch: Sequence[BaseEvent]) -> None:
+        events.extend(cast(Sequence[Event], batch))  # the runtime makes only the union's events
 
     ctx = RunContext(EXE, sink=sink)
     with anyio.fail_after(10):

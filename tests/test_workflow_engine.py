@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, cast
 
 import anyio
@@ -59,13 +59,17 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.batches: list[list[str]] = []
+        """The types of the events of each hand-over, in order: what went in one write."""
         self._watchers: list[tuple[Callable[[Event], bool], anyio.Event]] = []
 
-    async def __call__(self, event: BaseEvent) -> None:
-        self.events.append(cast(Event, event))  # the runtime makes only the union's events
-        for matches, seen in self._watchers:
-            if matches(self.events[-1]):
-                seen.set()
+    async def __call__(self, events: Sequence[BaseEvent]) -> None:
+        self.batches.append([cast(Event, event).type for event in events])
+        for event in events:
+            self.events.append(cast(Event, event))  # the runtime makes only the union's events
+            for matches, seen in self._watchers:
+                if matches(self.events[-1]):
+                    seen.set()
 
     def watch(self, matches: Callable[[Event], bool]) -> anyio.Event:
         seen = anyio.Event()
@@ -96,7 +100,7 @@ def workflow(
     )
 
 
-def emitter(sink: Callable[[BaseEvent], Awaitable[None]]) -> RunContext:
+def emitter(sink: Callable[[Sequence[BaseEvent]], Awaitable[None]]) -> RunContext:
     """An execution's emitter whose sink is ``sink``."""
     return RunContext("wfx_test", sink=sink)
 
@@ -110,7 +114,7 @@ async def execute(
     ctx = emitter(recorder)
     with anyio.fail_after(10):
         result = await WorkflowEngine(**engine).execution(flow, ctx).run(inputs)
-    await recorder(terminal(ctx, result))
+    await recorder([terminal(ctx, result)])
     return recorder, result
 
 
@@ -139,7 +143,7 @@ class TakingTurns:
         for i in range(self.tokens):
             while self.agents[self.turn % len(self.agents)] != agent:
                 await self.moved.wait()
-            await events(TextDelta(run_id="r", seq=i + 1, ts=0.0, step=1, delta=f"{agent}{i} "))
+            await events([TextDelta(run_id="r", seq=i + 1, ts=0.0, step=1, delta=f"{agent}{i} ")])
             self.turn += 1
             self.moved.set()
             self.moved = anyio.Event()
@@ -216,9 +220,9 @@ async def test_a_chain_runs_in_order_with_outputs_before_completion() -> None:
 async def test_a_slow_sink_still_receives_events_in_seq_order() -> None:
     received: list[int] = []
 
-    async def slow_sink(event: BaseEvent) -> None:
-        await anyio.sleep(0.001 * (event.seq % 3))
-        received.append(event.seq)
+    async def slow_sink(events: Sequence[BaseEvent]) -> None:
+        await anyio.sleep(0.001 * (events[0].seq % 3))
+        received.extend(event.seq for event in events)
 
     flow = workflow(
         [{"id": f"t{i}", "type": "template", "template": "<start.input>"} for i in range(5)],
@@ -627,6 +631,39 @@ async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycl
     assert not any(type(e).persisted for e in recorder.events if "delta" in e.type)
 
 
+def three_calls_then_answer(request: ModelRequest) -> list[ModelPart]:
+    if request.messages[-1].role == "tool":
+        return [TextPart("6."), TurnEndPart("end_turn")]
+    calls: list[ModelPart] = []
+    for call_id in ("c0", "c1", "c2"):
+        calls += [
+            ToolCallStartPart(call_id, "calculator"),
+            ToolCallArgsPart(call_id, '{"expression": "1+1"}'),
+            ToolCallEndPart(call_id),
+        ]
+    return [*calls, TurnEndPart("tool_calls")]
+
+
+async def test_what_an_agent_block_emits_at_once_reaches_the_execution_at_once() -> None:
+    """An agent's step hands over its calls together, and the block its output with its
+    completion: the execution's own sink writes each group in one write, not one each."""
+    flow = workflow(
+        [
+            {"id": "ask", "type": "agent", "agent": "math", "input": "<start.input>"},
+            {"id": "out", "type": "response", "output": "<ask.content>"},
+        ],
+        [("start", "ask"), ("ask", "out")],
+    )
+    model = ScriptedModel("scripted-math", three_calls_then_answer)
+    recorder, result = await execute(flow, "go", agents=agent_runner(model))
+
+    assert_well_formed(recorder)
+    assert ["tool_call"] * 3 in recorder.batches
+    assert ["block_output", "block_completed"] in recorder.batches
+    assert not any(batch.count("tool_call") in (1, 2) for batch in recorder.batches)
+    assert result.result == "6."
+
+
 async def test_an_agent_block_defined_inline_runs_on_its_own_spec() -> None:
     model = ScriptedModel(
         "scripted-inline", lambda _: [TextPart("inline!"), TurnEndPart("end_turn")]
@@ -686,7 +723,7 @@ async def test_orchestration_blocks_run_through_their_runner_and_forward_its_tex
             self, orchestration: str, message: str, *, events: AgentEvents, execution_id: str
         ) -> str:
             started_for.append(execution_id)
-            await events(TextDelta(run_id="o", seq=1, ts=0.0, step=1, delta="thinking aloud"))
+            await events([TextDelta(run_id="o", seq=1, ts=0.0, step=1, delta="thinking aloud")])
             return f"{orchestration} did {message}"
 
     flow = workflow(
@@ -716,10 +753,10 @@ async def test_a_run_context_hands_events_to_its_sink_in_seq_order() -> None:
     tool calls) must still reach it in order, however long the sink takes."""
     seen: list[int] = []
 
-    async def sink(event: BaseEvent) -> None:
-        if event.seq == 1:
+    async def sink(events: Sequence[BaseEvent]) -> None:
+        if events[0].seq == 1:
             await anyio.sleep(0.01)  # the first event is slow to deliver
-        seen.append(event.seq)
+        seen.extend(event.seq for event in events)
 
     ctx = RunContext("run", sink=sink)
     async with anyio.create_task_group() as group:

@@ -92,8 +92,8 @@ async def fetch(
     )
     events: list[Any] = []
 
-    async def sink(event: Any) -> None:
-        events.append(event)
+    async def sink(batch: Any) -> None:
+        events.extend(batch)
 
     engine = WorkflowEngine(http=SafeHttpClient(allow=allow or []))
     with anyio.fail_after(10):

@@ -31,9 +31,10 @@ logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseEvent)
 
-EventSink = Callable[[BaseEvent], Awaitable[None]]
-"""Takes a run's events once stamped, one at a time and in seq order. Another sink than the
-run's own (``RunSink``) lets the agent loop run for someone else, e.g. a workflow block."""
+EventSink = Callable[[Sequence[BaseEvent]], Awaitable[None]]
+"""Takes a run's events once stamped, in seq order: those that came at once together (a
+step's calls, its ending), all or none. Another sink than the run's own (``RunSink``) lets
+the agent loop run for someone else, e.g. a workflow block."""
 
 
 class RunSink:
@@ -45,11 +46,8 @@ class RunSink:
         self.log = log
         self.store = store
 
-    async def __call__(self, event: BaseEvent) -> None:
-        await self.all([event])
-
-    async def all(self, events: Sequence[BaseEvent]) -> None:
-        """Events that came at once: the persisted ones in one write, then each published."""
+    async def __call__(self, events: Sequence[BaseEvent]) -> None:
+        """The persisted ones in one write, then each published."""
         if persisted := [event for event in events if event.persisted]:
             with anyio.CancelScope(shield=True):
                 await self.store.append_events(*persisted)
@@ -137,27 +135,27 @@ class RunContext:
             await self._deliver([self._stamped(kind, fields) for kind, fields in events])
 
     async def _deliver(self, events: list[BaseEvent]) -> None:
-        """Hand stamped events to the sink, to a run's own all at once. Those it did not take
-        give their seqs back: the run's seqs stay without a hole, and its log's last seq is
-        its last event's (where viewers in other processes stop)."""
-        delivered = 0
+        """Hand stamped events to the sink. If it did not take them, they give their seqs
+        back: the run's seqs stay without a hole, and its log's last seq is its last
+        event's (where viewers in other processes stop)."""
         try:
-            if isinstance(self._sink, RunSink):
-                await self._sink.all(events)  # all or none
-            else:
-                for event in events:
-                    await self._sink(event)
-                    delivered += 1
+            await self._sink(events)
         except Exception:
-            self._seq -= len(events) - delivered
+            self._seq -= len(events)
             raise
 
-    async def forward(self, event: BaseEvent, *, block_id: str) -> None:
-        """Hand the sink another run's event (an agent's, in a workflow block) as this run's
-        next one, scoped to the block."""
+    async def forward(self, events: Sequence[BaseEvent], *, block_id: str) -> None:
+        """Hand the sink another run's events (an agent's, in a workflow block) as this
+        run's next ones, scoped to the block."""
         async with self._in_order:
-            self._seq += 1
-            await self._sink(replace(event, run_id=self.run_id, seq=self._seq, block_id=block_id))
+            first = self._seq + 1
+            self._seq += len(events)
+            await self._deliver(
+                [
+                    replace(event, run_id=self.run_id, seq=seq, block_id=block_id)
+                    for seq, event in enumerate(events, first)
+                ]
+            )
 
     async def end(
         self, last: BaseEvent, record: Callable[[BaseEvent], Awaitable[None]]

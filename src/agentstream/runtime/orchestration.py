@@ -11,9 +11,9 @@ outlives its coordinator.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 
@@ -103,17 +103,25 @@ async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str)
     started = await runs.start(entity, task, parent_run_id=ctx.run_id)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
 
-    async def forward(event: BaseEvent) -> None:
-        match event:
-            case RunStarted():
-                await ctx.emit(DelegationStarted, **scope, task=task)
-            case TextDelta(delta=delta, separator=separator):
-                await ctx.emit(EntityChunk, **scope, delta=separator + delta)
+    def shown(events: Sequence[BaseEvent]) -> Iterator[tuple[type[BaseEvent], dict[str, Any]]]:
+        """What the coordinator's run shows of the entity's events."""
+        for event in events:
+            match event:
+                case RunStarted():
+                    yield DelegationStarted, {**scope, "task": task}
+                case TextDelta(delta=delta, separator=separator):
+                    yield EntityChunk, {**scope, "delta": separator + delta}
+
+    async def forward(events: Sequence[BaseEvent]) -> None:
+        if entity_events := list(shown(events)):
+            await ctx.emit_all(*entity_events)
 
     async def settle(**outcome: str) -> None:
-        if answer := outcome.get("content"):  # final-turn text only: a preamble, or a turn
-            await ctx.emit(EntityText, **scope, text=answer)  # cut off, is never persisted
-        await ctx.emit(DelegationCompleted, **scope, **outcome)
+        """The delegation's end, with its answer: final-turn text only (a preamble, or a turn
+        cut off, is never persisted); in one write."""
+        text = outcome.get("content")
+        answer = [(EntityText, {**scope, "text": text})] if text else []
+        await ctx.emit_all(*answer, (DelegationCompleted, {**scope, **outcome}))
 
     try:
         ending = await follow_run(
@@ -140,9 +148,14 @@ class RunEnding:
 
 
 async def follow_run(
-    runs: Runs, run_id: str, forward: Callable[[BaseEvent], Awaitable[None]], *, reason: str
+    runs: Runs,
+    run_id: str,
+    forward: Callable[[Sequence[BaseEvent]], Awaitable[None]],
+    *,
+    reason: str,
 ) -> RunEnding:
-    """Hand each event of a run just started to ``forward`` until the run ends; how it ended.
+    """Hand the events of a run just started to ``forward``, those read at once together,
+    until the run ends; how it ended.
 
     The run must not outlive its follower: should following stop first (cancelled, most
     likely), the run is cancelled for ``reason`` and waited for until it has recorded its
@@ -152,8 +165,7 @@ async def follow_run(
     last: BaseEvent | None = None
     try:
         while batch := await subscription.next_batch():
-            for event in batch:
-                await forward(event)
+            await forward(batch)
             last = batch[-1]
     except BaseException:
         with anyio.move_on_after(_STOP_WAIT, shield=True):

@@ -362,9 +362,20 @@ class RunManager:
         outcome = (
             ending if isinstance(ending, _Outcome) else _Outcome(ending.status, ending.message)
         )
-        for call_id, (step, name) in list(ctx.open_tool_calls.items()):
-            await ctx.emit(
-                ToolResult, step=step, call_id=call_id, tool_name=name, status="cancelled"
+        if ctx.open_tool_calls:
+            await ctx.emit_all(
+                *(
+                    (
+                        ToolResult,
+                        {
+                            "step": step,
+                            "call_id": call_id,
+                            "tool_name": name,
+                            "status": "cancelled",
+                        },
+                    )
+                    for call_id, (step, name) in ctx.open_tool_calls.items()
+                )
             )
         if outcome.paused is not None:
             asked = outcome.paused.asked

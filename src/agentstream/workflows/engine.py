@@ -15,7 +15,7 @@ It does no I/O of its own besides the blocks' work and the emitter.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -65,8 +65,12 @@ class Emitter(Protocol):
         """The run's next event, of ``kind``."""
         ...
 
-    async def forward(self, event: BaseEvent, *, block_id: str) -> None:
-        """Another run's event (an agent's, in a block) as the run's next, in the block."""
+    async def emit_all(self, *events: tuple[type[BaseEvent], dict[str, Any]]) -> None:
+        """The run's next events, each a kind and its fields, that come at once (one write)."""
+        ...
+
+    async def forward(self, events: Sequence[BaseEvent], *, block_id: str) -> None:
+        """Another run's events (an agent's, in a block) as the run's next, in the block."""
         ...
 
 
@@ -185,8 +189,10 @@ class Execution:
         edges = self._graph.outgoing[block_id]
         if error is None:
             self._outputs[block_id] = output
-            await self.emitter.emit(BlockOutput, block_id=block_id, output=output)
-            await self.emitter.emit(BlockCompleted, block_id=block_id)
+            await self.emitter.emit_all(
+                (BlockOutput, {"block_id": block_id, "output": output}),
+                (BlockCompleted, {"block_id": block_id}),
+            )
             branch = output.get("branch") if isinstance(block, ConditionBlock) else None
             taken = {e.target for e in edges if e.on == "success" and e.branch == branch}
         elif self._graph.handles_errors(block_id):
@@ -253,27 +259,41 @@ class _BlockScope:
         self._open_tools: dict[str, tuple[int, str]] = {}
         """Tool calls started and not settled: (step, tool name) by call id."""
 
-    async def __call__(self, event: BaseEvent) -> None:
-        if not isinstance(event, _CARRIED) or (isinstance(event, Text) and not event.text):
-            return
+    async def __call__(self, events: Sequence[BaseEvent]) -> None:
+        if carried := [self._carried(event) for event in events if _is_carried(event)]:
+            await self._emitter.forward(carried, block_id=self._block_id)
+
+    def _carried(self, event: BaseEvent) -> BaseEvent:
         if isinstance(event, ToolCall | ToolResult):
             event = replace(event, call_id=f"{self._block_id}:{event.call_id}")
             if isinstance(event, ToolCall):
                 self._open_tools[event.call_id] = (event.step, event.tool_name)
             else:
                 self._open_tools.pop(event.call_id, None)
-        await self._emitter.forward(event, block_id=self._block_id)
+        return event
 
     async def cancel_open_tools(self) -> None:
         """The block stopped with tool calls in flight: settle them as cancelled, so no
         viewer's tool stays spinning."""
-        for call_id, (step, name) in self._open_tools.items():
-            await self._emitter.emit(
-                ToolResult,
-                block_id=self._block_id,
-                step=step,
-                call_id=call_id,
-                tool_name=name,
-                status="cancelled",
+        if not self._open_tools:
+            return
+        await self._emitter.emit_all(
+            *(
+                (
+                    ToolResult,
+                    {
+                        "block_id": self._block_id,
+                        "step": step,
+                        "call_id": call_id,
+                        "tool_name": name,
+                        "status": "cancelled",
+                    },
+                )
+                for call_id, (step, name) in self._open_tools.items()
             )
+        )
         self._open_tools.clear()
+
+
+def _is_carried(event: BaseEvent) -> bool:
+    return isinstance(event, _CARRIED) and not (isinstance(event, Text) and not event.text)

@@ -9,7 +9,7 @@ raises (preferably a ``RunError`` with a message for people) when there is none.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from agentstream.agents import AgentSpec
@@ -22,8 +22,9 @@ __all__ = [
     "needs_a_run",
 ]
 
-AgentEvents = Callable[[BaseEvent], Awaitable[None]]
-"""Where a runner sends the canonical events of the agents it runs, as they happen."""
+AgentEvents = Callable[[Sequence[BaseEvent]], Awaitable[None]]
+"""Where a runner sends the canonical events of the agents it runs, as they happen: those
+that came at once together."""
 
 
 class AgentRunner(Protocol):
