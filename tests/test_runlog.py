@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from agentstream.agents import AgentSpec
 from agentstream.events import STEP_SEPARATOR, Event, ReasoningDelta, StepStarted, TextDelta
 from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
-from agentstream.runlog import RunLog, _Deltas
+from agentstream.runlog import RunLog, _Deltas, _Stream
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 
@@ -139,14 +139,20 @@ def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
     st.integers(0, 320),
     st.integers(0, 5),
     st.integers(1, 40),
+    st.sampled_from([16, 20, 64, _Stream.BEHIND]),
 )
 def test_a_viewer_from_any_seq_gets_the_very_events_appended(
-    runs: list[tuple[str, int, str | None, bool, int]], after: int, base: int, most: int
+    runs: list[tuple[str, int, str | None, bool, int]],
+    after: int,
+    base: int,
+    most: int,
+    behind: int,
 ) -> None:
     """Older tokens are packed to save memory; what comes back out is equal to what went in,
     whatever mix of kinds, steps and blocks, from wherever a viewer joins, and for a viewer
     that reads along (now and then: each step's last flag) while the events under its
-    cursor are packed, and whatever a pack may hold (``most``: small, so packs fill up).
+    cursor are packed, whatever a pack may hold (``most``: small, so packs fill up), and
+    however far behind a viewer holds the packing up (``behind``).
     ``runs``: events of one kind, step and block, so many times in a row."""
     script = [
         (kind, step_, block, reads)
@@ -173,13 +179,34 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
         return read_along, await joined.next_batch(), await joined.next_batch()
 
     expected = [e for e in appended if e.seq > after]
-    with patch.object(_Deltas, "MOST", most):
+    with patch.object(_Deltas, "MOST", most), patch.object(_Stream, "BEHIND", behind):
         assert asyncio.run(replayed()) == (expected, expected, [])
 
 
-async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events() -> None:
+async def test_a_viewer_that_keeps_up_reads_a_burst_as_it_was_appended() -> None:
+    """An unpaced model appends tokens in bursts between two turns of the viewer: the viewer
+    gets the very events, not ones made again from packs (each packed, then made again, cost
+    a tenth of a stream's CPU); only what it has read is packed."""
     log = RunLog()
     log.open("r")
+    viewer = log.subscribe("r")
+    for first in (1, 41, 81):
+        burst = [token(seq, "text", 1, None) for seq in range(first, first + 40)]
+        for event in burst:
+            log.append(event)
+        read = await viewer.next_batch()
+        assert len(read) == len(burst)
+        assert all(got is sent for got, sent in zip(read, burst, strict=True))
+    assert [e.seq for e in await log.subscribe("r").next_batch()] == list(range(1, 121))
+
+
+@pytest.mark.parametrize("viewer", [False, True], ids=["unwatched", "a viewer that reads nothing"])
+async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events(
+    viewer: bool,
+) -> None:
+    log = RunLog()
+    log.open("r")
+    stalled = log.subscribe("r") if viewer else None
     tokens = [token(seq, "text", 1, None) for seq in range(1, 10_001)]
     tracemalloc.start()
     try:
@@ -192,6 +219,8 @@ async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_eve
     finally:
         tracemalloc.stop()
     assert kept < 10_000 * 30, f"{kept / 10_000:.0f} bytes a token"
+    if stalled is not None:
+        assert [e.seq for e in await stalled.next_batch()] == list(range(1, 10_001))
     assert [e.seq for e in await log.subscribe("r", after=9_990).next_batch()] == list(
         range(9_991, 10_001)
     )
