@@ -7,10 +7,10 @@ import json
 from typing import Any, cast
 
 from agentstream.events import (
-    BaseEvent,
     BlockCompleted,
     BlockOutput,
     BlockStarted,
+    Emitted,
     Event,
     RunCompleted,
     RunFailed,
@@ -27,7 +27,7 @@ from conftest import LiveServer, read_events
 META: dict[str, Any] = {"run_id": "wfx_1", "ts": 0.0}
 
 
-def events(*made: tuple[type[BaseEvent], dict[str, Any]]) -> list[Event]:
+def events(*made: Emitted) -> list[Event]:
     return [
         cast(Event, kind(**META, seq=seq, **fields)) for seq, (kind, fields) in enumerate(made, 1)
     ]

@@ -11,6 +11,7 @@ written to the database, the assembled text is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, dataclass_transform
 
@@ -29,6 +30,7 @@ __all__ = [
     "ContextHandlerCreated",
     "DelegationCompleted",
     "DelegationStarted",
+    "Emitted",
     "EntityChunk",
     "EntityText",
     "Event",
@@ -49,6 +51,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Usage",
+    "cancelled_tool_calls",
 ]
 
 ToolStatus = Literal["success", "error", "cancelled"]
@@ -438,3 +441,19 @@ Event = Annotated[
 
 EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
 """Validates and serialises events, e.g. to and from the store's JSON."""
+
+Emitted = tuple[type[BaseEvent], dict[str, Any]]
+"""An event yet to be stamped with its run's seq and time: its kind and fields, as the
+runtime hands over several that come at once (``RunContext.emit_all``)."""
+
+
+def cancelled_tool_calls(open_calls: Mapping[str, tuple[int, str]], **scope: Any) -> list[Emitted]:
+    """The results that settle the tool calls still open (step and tool name by call id) as
+    cancelled, so no viewer's tool stays spinning; ``scope``: more fields of each."""
+    return [
+        (
+            ToolResult,
+            {**scope, "step": step, "call_id": call_id, "tool_name": name, "status": "cancelled"},
+        )
+        for call_id, (step, name) in open_calls.items()
+    ]

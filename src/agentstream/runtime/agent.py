@@ -24,7 +24,7 @@ from agentstream.errors import MaxStepsExceeded
 from agentstream.events import (
     STEP_SEPARATOR,
     ApprovalRequested,
-    BaseEvent,
+    Emitted,
     Reasoning,
     ReasoningDelta,
     ReasoningSummary,
@@ -333,9 +333,7 @@ async def _model_turn(
     return turn
 
 
-async def _end_step(
-    ctx: RunContext, step: int, summary: str | None, *first: tuple[type[BaseEvent], dict[str, Any]]
-) -> None:
+async def _end_step(ctx: RunContext, step: int, summary: str | None, *first: Emitted) -> None:
     """The step's last events, after ``first``: in one write."""
     summarized = [(ReasoningSummary, {"step": step, "summary": summary})] if summary else []
     await ctx.emit_all(*first, *summarized, (StepCompleted, {"step": step}))

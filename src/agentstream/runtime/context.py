@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, RunFailed, Usage
+from agentstream.events import BaseEvent, Emitted, RunFailed, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -33,8 +33,8 @@ E = TypeVar("E", bound=BaseEvent)
 
 EventSink = Callable[[Sequence[BaseEvent]], Awaitable[None]]
 """Takes a run's events once stamped, in seq order: those that came at once together (a
-step's calls, its ending), all or none. Another sink than the run's own (``RunSink``) lets
-the agent loop run for someone else, e.g. a workflow block."""
+step's calls, its ending), all or none; never none at all. Another sink than the run's own
+(``RunSink``) lets the agent loop run for someone else, e.g. a workflow block."""
 
 
 class RunSink:
@@ -128,7 +128,7 @@ class RunContext:
             await self._deliver([event])
             return event
 
-    async def emit_all(self, *events: tuple[type[BaseEvent], dict[str, Any]]) -> None:
+    async def emit_all(self, *events: Emitted) -> None:
         """``emit`` for events that come at once, each a kind and its fields: a run's own sink
         persists them in one write, not one each (a step's calls, its ending)."""
         async with self._in_order:
@@ -138,6 +138,8 @@ class RunContext:
         """Hand stamped events to the sink. If it did not take them, they give their seqs
         back: the run's seqs stay without a hole, and its log's last seq is its last
         event's (where viewers in other processes stop)."""
+        if not events:
+            return
         try:
             await self._sink(events)
         except Exception:

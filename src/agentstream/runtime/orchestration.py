@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import anyio
 
@@ -23,6 +23,7 @@ from agentstream.events import (
     BaseEvent,
     DelegationCompleted,
     DelegationStarted,
+    Emitted,
     EntityChunk,
     EntityText,
     FailureStatus,
@@ -103,7 +104,7 @@ async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str)
     started = await runs.start(entity, task, parent_run_id=ctx.run_id)
     scope = {"entity": entity.spec.id, "entity_run_id": started.run_id}
 
-    def shown(events: Sequence[BaseEvent]) -> Iterator[tuple[type[BaseEvent], dict[str, Any]]]:
+    def shown(events: Sequence[BaseEvent]) -> Iterator[Emitted]:
         """What the coordinator's run shows of the entity's events."""
         for event in events:
             match event:
@@ -113,8 +114,7 @@ async def _delegate(runs: Runs, ctx: RunContext, entity: StoredAgent, task: str)
                     yield EntityChunk, {**scope, "delta": separator + delta}
 
     async def forward(events: Sequence[BaseEvent]) -> None:
-        if entity_events := list(shown(events)):
-            await ctx.emit_all(*entity_events)
+        await ctx.emit_all(*shown(events))
 
     async def settle(**outcome: str) -> None:
         """The delegation's end, with its answer: final-turn text only (a preamble, or a turn

@@ -26,8 +26,8 @@ from agentstream.events import (
     RunFailed,
     RunPaused,
     RunStarted,
-    ToolResult,
     Usage,
+    cancelled_tool_calls,
 )
 from agentstream.providers.base import Message, Model
 from agentstream.providers.registry import ModelRegistry
@@ -362,21 +362,7 @@ class RunManager:
         outcome = (
             ending if isinstance(ending, _Outcome) else _Outcome(ending.status, ending.message)
         )
-        if ctx.open_tool_calls:
-            await ctx.emit_all(
-                *(
-                    (
-                        ToolResult,
-                        {
-                            "step": step,
-                            "call_id": call_id,
-                            "tool_name": name,
-                            "status": "cancelled",
-                        },
-                    )
-                    for call_id, (step, name) in ctx.open_tool_calls.items()
-                )
-            )
+        await ctx.emit_all(*cancelled_tool_calls(ctx.open_tool_calls))
         if outcome.paused is not None:
             asked = outcome.paused.asked
             state = {

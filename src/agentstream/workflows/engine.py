@@ -30,6 +30,7 @@ from agentstream.events import (
     BlockOutput,
     BlockSkipped,
     BlockStarted,
+    Emitted,
     Reasoning,
     ReasoningDelta,
     RunStarted,
@@ -38,6 +39,7 @@ from agentstream.events import (
     TextRetracted,
     ToolCall,
     ToolResult,
+    cancelled_tool_calls,
 )
 from agentstream.workflows.blocks import Services, run_block
 from agentstream.workflows.definition import ConditionBlock, ResponseBlock, Workflow
@@ -65,7 +67,7 @@ class Emitter(Protocol):
         """The run's next event, of ``kind``."""
         ...
 
-    async def emit_all(self, *events: tuple[type[BaseEvent], dict[str, Any]]) -> None:
+    async def emit_all(self, *events: Emitted) -> None:
         """The run's next events, each a kind and its fields, that come at once (one write)."""
         ...
 
@@ -260,37 +262,23 @@ class _BlockScope:
         """Tool calls started and not settled: (step, tool name) by call id."""
 
     async def __call__(self, events: Sequence[BaseEvent]) -> None:
-        if carried := [self._carried(event) for event in events if _is_carried(event)]:
-            await self._emitter.forward(carried, block_id=self._block_id)
-
-    def _carried(self, event: BaseEvent) -> BaseEvent:
-        if isinstance(event, ToolCall | ToolResult):
-            event = replace(event, call_id=f"{self._block_id}:{event.call_id}")
+        carried = [self._scoped(event) for event in events if _is_carried(event)]
+        await self._emitter.forward(carried, block_id=self._block_id)
+        for event in carried:  # delivered (a forward that failed opened and settled nothing)
             if isinstance(event, ToolCall):
                 self._open_tools[event.call_id] = (event.step, event.tool_name)
-            else:
+            elif isinstance(event, ToolResult):
                 self._open_tools.pop(event.call_id, None)
+
+    def _scoped(self, event: BaseEvent) -> BaseEvent:
+        if isinstance(event, ToolCall | ToolResult):
+            return replace(event, call_id=f"{self._block_id}:{event.call_id}")
         return event
 
     async def cancel_open_tools(self) -> None:
-        """The block stopped with tool calls in flight: settle them as cancelled, so no
-        viewer's tool stays spinning."""
-        if not self._open_tools:
-            return
+        """The block stopped with tool calls in flight: settle them as cancelled."""
         await self._emitter.emit_all(
-            *(
-                (
-                    ToolResult,
-                    {
-                        "block_id": self._block_id,
-                        "step": step,
-                        "call_id": call_id,
-                        "tool_name": name,
-                        "status": "cancelled",
-                    },
-                )
-                for call_id, (step, name) in self._open_tools.items()
-            )
+            *cancelled_tool_calls(self._open_tools, block_id=self._block_id)
         )
         self._open_tools.clear()
 
