@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentstream.events import (
+    STEP_SEPARATOR,
     ApprovalRequested,
     BlockCompleted,
     BlockError,
@@ -36,7 +40,7 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.views.native import NativeFrameAdapter, frame
+from agentstream.views.native import NativeFrameAdapter, content_delta_json, frame
 
 META: dict[str, Any] = {"run_id": "run_1", "seq": 7, "ts": 1.5}
 
@@ -176,3 +180,22 @@ def test_live_viewers_are_not_shown_entity_text_twice() -> None:
     for event, _ in CASES:
         if not isinstance(event, EntityText):
             assert frame(event, live=True) == frame(event)
+
+
+@given(
+    st.one_of(
+        st.text(),
+        st.text(st.sampled_from(["\ud800", "\x7f", "\x00", "\u2028", '"', "\\", "\n", "é", "😀"])),
+    ),
+    st.sampled_from(["", STEP_SEPARATOR]),
+    st.integers(1, 2**53),
+)
+def test_a_tokens_frame_written_as_json_is_the_encoders_to_the_byte(
+    delta: str, separator: str, seq: int
+) -> None:
+    """Tokens are written as JSON at once (``content_delta_json``), every other frame by the
+    encoder: the same bytes as the standard library's ``json.dumps`` of the frame, whatever
+    the text (escapes, lone surrogates, U+007F)."""
+    token = TextDelta(run_id="r", seq=seq, ts=0.0, step=1, delta=delta, separator=separator)
+    expected = json.dumps(frame(token, live=True), separators=(",", ":"), allow_nan=False)
+    assert content_delta_json(token) == expected

@@ -24,16 +24,17 @@ from fastapi import Depends, Header, Query
 from starlette.responses import Response
 
 from agentstream import sse
-from agentstream.events import Event
+from agentstream.events import Event, TextDelta
 from agentstream.runlog import Subscription
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.streaming import EventStreamResponse
-from agentstream.views.native import frame
+from agentstream.views.native import content_delta_json, frame
 
 __all__ = [
     "CLIENT_CANCELLED",
     "DONE",
     "STOP_WAIT",
+    "Frame",
     "Render",
     "ResumeAfter",
     "encode_events",
@@ -43,7 +44,11 @@ __all__ = [
     "stream_started",
 ]
 
-Render = Callable[[Event], Iterable[dict[str, Any]]]
+Frame = dict[str, Any] | str
+"""A frame's data: a dict, or the JSON text the encoder would make of it, for a frame a view
+writes as JSON itself (a token's, most of what a stream sends)."""
+
+Render = Callable[[Event], Iterable[Frame]]
 """A view: the frames one event becomes on a surface (often none or one)."""
 
 
@@ -211,7 +216,7 @@ def _from_now(head: int | None, render: Render, history: Render) -> Render:
     """``render`` for the events after ``head`` (the log's last when the viewer connected),
     ``history`` for the others."""
 
-    def shown(event: Event) -> Iterable[dict[str, Any]]:
+    def shown(event: Event) -> Iterable[Frame]:
         return render(event) if head is not None and event.seq > head else history(event)
 
     return shown
@@ -220,7 +225,7 @@ def _from_now(head: int | None, render: Render, history: Render) -> Render:
 def _shown_after(after: int, render: Render) -> Render:
     """``render`` fed every event, its frames shown for the events after ``after`` only."""
 
-    def shown(event: Event) -> Iterable[dict[str, Any]]:
+    def shown(event: Event) -> Iterable[Frame]:
         frames = tuple(render(event))
         return frames if event.seq > after else ()
 
@@ -268,8 +273,10 @@ def _chunks(
     return next_chunk
 
 
-def native(event: Event) -> Iterable[dict[str, Any]]:
+def native(event: Event) -> Iterable[Frame]:
     """The native frames of an event read from the live log."""
+    if type(event) is TextDelta:
+        return (content_delta_json(event),)
     shown = frame(event, live=True)
     return () if shown is None else (shown,)
 
@@ -285,7 +292,7 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only)."""
     return "".join(
         [
-            sse.encode(_to_json(data), id=event.seq if ids else None)
+            sse.encode(data if type(data) is str else _to_json(data), id=event.seq if ids else None)
             for event in events
             for data in render(event)
         ]
