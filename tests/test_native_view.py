@@ -40,7 +40,8 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.views.native import NativeFrameAdapter, content_delta_json, frame
+from agentstream.server.streams import encode_events, native
+from agentstream.views.native import NativeFrameAdapter, frame
 
 META: dict[str, Any] = {"run_id": "run_1", "seq": 7, "ts": 1.5}
 
@@ -189,13 +190,19 @@ def test_live_viewers_are_not_shown_entity_text_twice() -> None:
     ),
     st.sampled_from(["", STEP_SEPARATOR]),
     st.integers(1, 2**53),
+    st.booleans(),
 )
-def test_a_tokens_frame_written_as_json_is_the_encoders_to_the_byte(
-    delta: str, separator: str, seq: int
+def test_a_tokens_frame_on_the_wire_is_the_encoders_to_the_byte(
+    delta: str, separator: str, seq: int, ids: bool
 ) -> None:
-    """Tokens are written as JSON at once (``content_delta_json``), every other frame by the
-    encoder: the same bytes as the standard library's ``json.dumps`` of the frame, whatever
-    the text (escapes, lone surrogates, U+007F)."""
+    """A live stream writes a token's frame as JSON at once (``streams.native``), every other
+    frame through the encoder: the same bytes as the encoder's, whatever the text (escapes,
+    lone surrogates, U+007F), and as the standard library's ``json.dumps``."""
     token = TextDelta(run_id="r", seq=seq, ts=0.0, step=1, delta=delta, separator=separator)
-    expected = json.dumps(frame(token, live=True), separators=(",", ":"), allow_nan=False)
-    assert content_delta_json(token) == expected
+    shown = frame(token, live=True)
+    assert shown is not None
+    assert encode_events([token], native, ids=ids) == encode_events(
+        [token], lambda _: [shown], ids=ids
+    )
+    data = json.dumps(shown, separators=(",", ":"), allow_nan=False)
+    assert encode_events([token], native) == f"data: {data}\n\n".encode()

@@ -200,6 +200,22 @@ async def test_a_viewer_that_keeps_up_reads_a_burst_as_it_was_appended() -> None
     assert [e.seq for e in await log.subscribe("r").next_batch()] == list(range(1, 121))
 
 
+async def test_a_viewer_that_leaves_lets_the_log_pack_what_it_held_unread() -> None:
+    """Kept for late viewers after the run ends, a stream does not keep as they are the
+    events a slow viewer held unpacked while it read."""
+    log = RunLog()
+    log.open("r")
+    viewer = log.subscribe("r")
+    for seq in range(1, 201):
+        log.append(token(seq, "text", 1, None))
+    log.close("r")
+    assert len(await viewer.next_batch()) == 200
+    viewer.close()
+    (stream,) = log._streams.values()
+    assert len(stream.recent) == _Stream.RECENT
+    assert [e.seq for e in await log.subscribe("r").next_batch()] == list(range(1, 201))
+
+
 @pytest.mark.parametrize("viewer", [False, True], ids=["unwatched", "a viewer that reads nothing"])
 async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_events(
     viewer: bool,

@@ -142,8 +142,9 @@ class _Stream:
     where they go on."""
 
     BEHIND = 256
-    """Events kept as they are at most: past it, the older ones are packed whether read or
-    not, and a viewer that far behind reads them back from their packs."""
+    """Events kept as they are at most (a multiple of ``RECENT``): past it, the older ones
+    are packed whether read or not, and a viewer that far behind reads them back from their
+    packs."""
 
     def __init__(self, base: int) -> None:
         self.base = base
@@ -169,21 +170,22 @@ class _Stream:
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0 and len(self.recent) >= 2 * self.RECENT:
-            self._pack_read()
+            self.pack_read()
 
-    def _pack_read(self) -> None:
-        """Pack the older events, keeping the newest ``RECENT``: those every viewer has read.
-        A run may append a burst of tokens before its viewers next run (an unpaced model
-        yields to the event loop every few); packed at once, each would be packed, then made
-        again as an event for the viewer, which cost a tenth of a stream's CPU."""
-        packed = len(self.recent) - self.RECENT
+    def pack_read(self) -> None:
+        """Pack the events before the newest ``RECENT`` that every viewer has read (all of
+        them once ``BEHIND`` are kept as they are). A run may append a burst of tokens before
+        its viewers next run (an unpaced model yields to the event loop every few); packed
+        at once, each would be packed, then made again as an event for the viewer, which
+        cost a tenth of a stream's CPU."""
+        count = len(self.recent) - self.RECENT
         if len(self.recent) < self.BEHIND:
             for subscriber in self.subscribers:
-                packed = min(packed, subscriber.read - self.held)
-        if packed > 0:
-            for _, group in groupby(self.recent[:packed], _pack_key):
+                count = min(count, subscriber.read - self.held)
+        if count > 0:
+            for _, group in groupby(self.recent[:count], _pack_key):
                 self._pack(list(group))
-            del self.recent[:packed]
+            del self.recent[:count]
 
     def _pack(self, events: list[Event]) -> None:
         """Pack events of one ``_pack_key``, the next after those packed so far."""
@@ -264,7 +266,10 @@ class LogSubscription:
                 yield event
 
     def close(self) -> None:
+        """Stop viewing: what this viewer alone held unpacked is packed (a run that has
+        ended appends nothing more that would)."""
         self._stream.subscribers.discard(self)
+        self._stream.pack_read()
 
 
 class RunLog:

@@ -28,13 +28,14 @@ from agentstream.events import Event, TextDelta
 from agentstream.runlog import Subscription
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.streaming import EventStreamResponse
-from agentstream.views.native import content_delta_json, frame
+from agentstream.views.native import frame
 
 __all__ = [
     "CLIENT_CANCELLED",
     "DONE",
     "STOP_WAIT",
     "Frame",
+    "JSONText",
     "Render",
     "ResumeAfter",
     "encode_events",
@@ -44,9 +45,16 @@ __all__ = [
     "stream_started",
 ]
 
-Frame = dict[str, Any] | str
-"""A frame's data: a dict, or the JSON text the encoder would make of it, for a frame a view
-writes as JSON itself (a token's, most of what a stream sends)."""
+
+class JSONText(str):
+    """A frame's data already written as the JSON text ``_to_json`` would make of it
+    (``native`` writes a token's so, at once), where a plain ``str`` is a JSON string."""
+
+    __slots__ = ()
+
+
+Frame = dict[str, Any] | JSONText
+"""A frame's data: a dict, or its JSON text."""
 
 Render = Callable[[Event], Iterable[Frame]]
 """A view: the frames one event becomes on a surface (often none or one)."""
@@ -68,6 +76,15 @@ def _frame_encoder() -> Callable[[Any], str]:
 
 _to_json = _frame_encoder()
 """One encoder for every frame."""
+
+
+def _token_json(event: TextDelta) -> JSONText:
+    """A text token's native frame (``frame(event, live=True)``) as ``_to_json`` writes it,
+    byte for byte (the same string escaping, no spaces), in a seventh of the time: tokens
+    are most of the frames a stream sends."""
+    delta = encode_basestring_ascii(event.separator + event.delta)
+    return JSONText(f'{{"seq":{event.seq},"event":"content_delta","delta":{delta}}}')
+
 
 DONE = b"data: [DONE]\n\n"
 """The last frame of an OpenAI or AI SDK stream (the public chat's is a JSON string)."""
@@ -276,7 +293,7 @@ def _chunks(
 def native(event: Event) -> Iterable[Frame]:
     """The native frames of an event read from the live log."""
     if type(event) is TextDelta:
-        return (content_delta_json(event),)
+        return (_token_json(event),)
     shown = frame(event, live=True)
     return () if shown is None else (shown,)
 
@@ -292,7 +309,9 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only)."""
     return "".join(
         [
-            sse.encode(data if type(data) is str else _to_json(data), id=event.seq if ids else None)
+            sse.encode(
+                data if type(data) is JSONText else _to_json(data), id=event.seq if ids else None
+            )
             for event in events
             for data in render(event)
         ]

@@ -13,7 +13,6 @@ frame, the last step's text is ``complete.content`` (and, in a run of one step, 
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -48,7 +47,7 @@ from agentstream.events import (
     Usage,
 )
 
-__all__ = ["NativeFrame", "NativeFrameAdapter", "content_delta_json", "frame", "usage_json"]
+__all__ = ["NativeFrame", "NativeFrameAdapter", "frame", "usage_json"]
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
@@ -65,15 +64,6 @@ def frame(event: Event, *, live: bool = False) -> dict[str, Any] | None:
     the event comes from the live log, with its deltas, not from the store (a replay)."""
     body = _body(event, live)
     return None if body is None else {"seq": event.seq, **body}
-
-
-def content_delta_json(event: TextDelta) -> str:
-    """A text token's frame (``frame(event, live=True)``) as JSON text, written at once: byte
-    for byte what the streams' encoder makes of that frame (the standard library's string
-    escaping, no spaces), in a third of the time. Tokens are most of the frames a stream
-    sends."""
-    delta = encode_basestring_ascii(event.separator + event.delta)
-    return f'{{"seq":{event.seq},"event":"content_delta","delta":{delta}}}'
 
 
 def _body(event: Event, live: bool) -> dict[str, Any] | None:
