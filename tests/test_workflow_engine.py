@@ -594,7 +594,10 @@ def agent_runner(*models: ScriptedModel, tools: Iterable[Tool] = ()) -> RuntimeA
     )
 
 
-async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycle() -> None:
+async def ask_math(
+    turns: Callable[[ModelRequest], Iterable[ModelPart]], question: str
+) -> tuple[Recorder, ExecutionResult]:
+    """The ``math`` agent on a scripted model, in a block whose answer the workflow returns."""
     flow = workflow(
         [
             {"id": "ask", "type": "agent", "agent": "math", "input": "What is <start.input>?"},
@@ -602,8 +605,12 @@ async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycl
         ],
         [("start", "ask"), ("ask", "out")],
     )
-    model = ScriptedModel("scripted-math", tool_then_answer)
-    recorder, result = await execute(flow, "2+2", agents=agent_runner(model))
+    model = ScriptedModel("scripted-math", turns)
+    return await execute(flow, question, agents=agent_runner(model))
+
+
+async def test_an_agent_block_forwards_tokens_resets_reasoning_and_tool_lifecycle() -> None:
+    recorder, result = await ask_math(tool_then_answer, "2+2")
 
     assert_well_formed(recorder)
     scoped = [e for e in recorder.events if getattr(e, "block_id", None) == "ask"]
@@ -657,15 +664,7 @@ def three_calls_then_answer(request: ModelRequest) -> list[ModelPart]:
 async def test_what_an_agent_block_emits_at_once_reaches_the_execution_at_once() -> None:
     """An agent's step hands over its calls together, and the block its output with its
     completion: the execution's own sink writes each group in one write, not one each."""
-    flow = workflow(
-        [
-            {"id": "ask", "type": "agent", "agent": "math", "input": "<start.input>"},
-            {"id": "out", "type": "response", "output": "<ask.content>"},
-        ],
-        [("start", "ask"), ("ask", "out")],
-    )
-    model = ScriptedModel("scripted-math", three_calls_then_answer)
-    recorder, result = await execute(flow, "go", agents=agent_runner(model))
+    recorder, result = await ask_math(three_calls_then_answer, "1+1, three times")
 
     assert recorder.batches == [
         ["run_started"],
