@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
-from agentstream.agents import AgentSpec
+from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.errors import ProviderError
+from agentstream.events import BaseEvent, RunCompleted, RunStarted, TextDelta
 from agentstream.providers.base import (
     ModelPart,
     ModelRequest,
@@ -25,6 +28,10 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.offline import tokens
 from agentstream.providers.scripted import ScriptedModel
+from agentstream.runlog import LogSubscription, RunLog
+from agentstream.runtime.context import RunContext
+from agentstream.runtime.orchestration import delegate_tools
+from agentstream.runtime.ports import StartedRun
 from agentstream.runtime.tools import Tool
 from agentstream.sse import SSEDecoder
 from agentstream.views.native import NativeFrameAdapter
@@ -42,6 +49,9 @@ ALPHA = "Alpha reporting: the north wall is sound and the gate is shut."
 BETA = "Beta reporting: the south field is dry and the well is full."
 DELTAS = ("content_delta", "reasoning_delta", "entity_chunk")
 Frame = dict[str, Any]
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def answers(text: str) -> Callable[[ModelRequest], list[ModelPart]]:
@@ -467,3 +477,52 @@ def test_delegations_must_end(live: LiveServer) -> None:
     assert loop.json()["error"]["message"] == (
         "Agent 'ping' delegates to 'pong', which delegates back to it"
     )
+
+
+class OneFinishedRun:
+    """``Runs`` whose every delegation is one run that already said ``answer``."""
+
+    def __init__(self, answer: str) -> None:
+        self.log = RunLog()
+        self.log.open("run_e")
+        for event in (
+            RunStarted(run_id="run_e", seq=1, ts=0.0, agent_id="e", session_id="ses_e"),
+            TextDelta(run_id="run_e", seq=2, ts=0.0, step=1, delta=answer),
+            RunCompleted(run_id="run_e", seq=3, ts=0.0, content=answer),
+        ):
+            self.log.append(event)
+        self.log.close("run_e")
+
+    async def start(
+        self, agent: StoredAgent, message: str, *, parent_run_id: str | None = None
+    ) -> StartedRun:
+        return StartedRun(run_id="run_e", session_id="ses_e")
+
+    def subscribe(self, run_id: str) -> LogSubscription:
+        return self.log.subscribe(run_id)
+
+    def cancel(self, run_id: str, reason: str) -> anyio.Event | None:
+        return None
+
+    async def cancel_paused(self, run_id: str) -> bool:
+        return False
+
+
+@pytest.mark.anyio
+async def test_a_delegation_hands_over_what_comes_at_once_together() -> None:
+    """What the coordinator's run shows of a batch of the entity's events goes in one
+    hand-over, and the delegation's answer with its end in one more: one write each."""
+    batches: list[list[str]] = []
+
+    async def sink(events: Sequence[BaseEvent]) -> None:
+        batches.append([type(event).__name__ for event in events])
+
+    entity = StoredAgent(spec=AgentSpec(id="e"), version=1, created_at=NOW, updated_at=NOW)
+    ctx = RunContext("run_c", sink=sink)
+    (tool,) = delegate_tools(OneFinishedRun("42."), ctx, {"e": entity})
+    outcome = await tool.call({"task": "the answer"})
+    assert outcome.result == "42."
+    assert batches == [
+        ["DelegationStarted", "EntityChunk"],
+        ["EntityText", "DelegationCompleted"],
+    ]
