@@ -169,7 +169,8 @@ class _Stream:
     def append(self, event: Event) -> None:
         self.recent.append(event)
         self.count += 1
-        if len(self.recent) % self.RECENT == 0 and len(self.recent) >= 2 * self.RECENT:
+        kept = len(self.recent)
+        if kept % self.RECENT == 0 and kept >= 2 * self.RECENT:
             self.pack_read()
 
     def pack_read(self) -> None:

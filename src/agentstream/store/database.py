@@ -212,16 +212,18 @@ class Database:
                 queued.outcome.set_result(True)
 
     async def _write_rows(self, inserts: list[tuple[Base | None, ...]]) -> None:
-        """Every row of ``inserts`` (``_add_in_order``), or none. On PostgreSQL, one
-        statement goes without a transaction around it, which saves two of the three round
-        trips of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``,
-        is all-or-nothing by itself."""
-        work = functools.partial(_add_in_order, inserts)
-        if self._autocommit is not None and _one_statement(inserts):
+        """Every row of ``inserts``, or none. Rows of one table (runs' events) are one INSERT;
+        on PostgreSQL it goes without a transaction around it, which saves two of the three
+        round trips of a run's persisted event: a lone ``INSERT``, or asyncpg's
+        ``executemany``, is all-or-nothing by itself."""
+        rows = [row for group in inserts for row in group if row is not None]
+        if len({type(row) for row in rows}) > 1:
+            await self.transact(functools.partial(_add_in_order, inserts))
+        elif self._autocommit is not None:
             async with self._autocommit.connect() as connection:
-                await connection.run_sync(work)
+                await connection.run_sync(add, rows)
         else:
-            await self.transact(work)
+            await self.transact(functools.partial(add, rows=rows))
 
 
 _Row = TypeVar("_Row", bound=Base)
@@ -268,11 +270,6 @@ def _columns(table: type[Base]) -> tuple[str, ...]:
     return tuple(attribute.key for attribute in inspect(table).column_attrs)
 
 
-def _one_statement(inserts: list[tuple[Base | None, ...]]) -> bool:
-    """Rows of one table (runs' events): ``_add_in_order`` makes them one INSERT."""
-    return len({type(row) for rows in inserts for row in rows if row is not None}) == 1
-
-
 def _a_rows_fault(exc: Exception) -> bool:
     """The database refused a row (a key, a constraint, a value), or a value could not be
     sent: rows written one by one, the others go in. Not a connection that failed or
@@ -283,11 +280,7 @@ def _a_rows_fault(exc: Exception) -> bool:
 
 
 def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:
-    """Position by position: one INSERT per table for each, whatever the count; rows of one
-    table, one INSERT in all."""
-    if _one_statement(inserts):
-        add(connection, (row for rows in inserts for row in rows if row is not None))
-        return
+    """Position by position: one INSERT per table for each, whatever the count."""
     for position in range(max(len(rows) for rows in inserts)):
         at = (rows[position] for rows in inserts if position < len(rows))
         add(connection, (row for row in at if row is not None))
