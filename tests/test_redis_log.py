@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from agentstream.cluster import redis_log
 from agentstream.cluster.redis_log import Entry, RedisLog
-from agentstream.events import Event, StepStarted
+from agentstream.events import Event, StepStarted, TextDelta
 from conftest import eventually, free_port
 from processes import start_redis
 
@@ -139,3 +139,30 @@ async def test_a_seq_never_written_is_a_hole_a_viewer_reads_past(redis: Redis) -
     assert await seqs(await following.next_batch()) == [1, 2, 4, 5]
     assert await following.next_batch() == []
     assert following.ended
+
+
+async def test_a_batch_carries_any_run_id_and_any_text_whole(redis: Redis) -> None:
+    """A batch goes to Redis as one argument, each operation framed by lengths: run ids a
+    client chose and texts with newlines, spaces, digits and any characters come back as
+    they were, each in its own stream."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    run_ids = ["run 1 2\n3", "ünï ☃ 12 34\n", "x" * 300]
+    texts = ["e 1 2 3\nend", "", "\n\n", 'naïve ☃ \U0001f600 \\ "', "7" * 5000]
+    for run_id in run_ids:
+        writer.open(run_id, after=0)
+    for seq, text in enumerate(texts, 1):
+        for run_id in run_ids:
+            writer.append(TextDelta(run_id=run_id, seq=seq, ts=seq / 3, step=1, delta=text))
+    for run_id in run_ids:
+        writer.close(run_id, last=len(texts))
+    await writer.flush()
+    for run_id in run_ids:
+        following = await reader.subscribe(run_id, after=0)
+        assert following is not None
+        events = await following.next_batch()
+        assert [(e.run_id, e.seq, e.ts, e.delta) for e in events if isinstance(e, TextDelta)] == [
+            (run_id, seq, seq / 3, text) for seq, text in enumerate(texts, 1)
+        ]
+        assert await following.next_batch() == []
+        assert following.ended
