@@ -239,8 +239,10 @@ class _TurnReader:
         self.provider = provider
         self.blocks: dict[int, dict[str, Any]] = {}
         """Content blocks by index, as an assistant message sends them back."""
-        self.arguments: dict[int, list[str]] = {}
-        """The input JSON pieces of each tool_use block."""
+        self.pieces: dict[int, list[str]] = {}
+        """What each block grows by until it stops: a text's or a thinking's text, a
+        tool_use's input JSON. Joined then: a string grown a delta at a time is copied whole
+        at every delta."""
         self.usage = Usage()
         self.stop_reason: str | None = None
         self.stopped = False
@@ -289,6 +291,7 @@ class _TurnReader:
         match block:
             case TextBlock(text=text):
                 self.blocks[index] = {"type": "text", "text": text}
+                self.pieces[index] = [text]
                 if text:
                     yield TextPart(text)
             case ThinkingBlock(thinking=thinking, signature=signature):
@@ -297,13 +300,14 @@ class _TurnReader:
                     "thinking": thinking,
                     "signature": signature,
                 }
+                self.pieces[index] = [thinking]
                 if thinking:
                     yield ReasoningPart(thinking)
             case RedactedThinkingBlock(data=data):
                 self.blocks[index] = {"type": "redacted_thinking", "data": data}
             case ToolUseBlock(id=call_id, name=name):
                 self.blocks[index] = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-                self.arguments[index] = []
+                self.pieces[index] = []
                 yield ToolCallStartPart(call_id, name)
             case _:
                 raise self._bad(f"Unexpected {block.type} content block from the Anthropic API")
@@ -313,26 +317,29 @@ class _TurnReader:
     ) -> Iterator[ModelPart]:
         match delta, block["type"]:
             case TextDelta(text=text), "text":
-                block["text"] += text
+                self.pieces[index].append(text)
                 if text:
                     yield TextPart(text)
             case ThinkingDelta(thinking=thinking), "thinking":
-                block["thinking"] += thinking
+                self.pieces[index].append(thinking)
                 if thinking:
                     yield ReasoningPart(thinking)
             case SignatureDelta(signature=signature), "thinking":
                 block["signature"] = signature
             case InputJSONDelta(partial_json=piece), "tool_use":
-                self.arguments[index].append(piece)
+                self.pieces[index].append(piece)
                 if piece:
                     yield ToolCallArgsPart(block["id"], piece)
             case _:
                 raise self._bad(f"Unexpected {delta.type} for a {block['type']} block")
 
     def _stop(self, block: dict[str, Any], index: int) -> Iterator[ModelPart]:
+        joined = "".join(self.pieces.pop(index, ()))
+        if block["type"] in ("text", "thinking"):
+            block[block["type"]] = joined
         if block["type"] != "tool_use":
             return
-        raw = "".join(self.arguments[index]) or "{}"
+        raw = joined or "{}"
         try:
             arguments = json.loads(raw)
         except ValueError:

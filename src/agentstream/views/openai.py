@@ -159,11 +159,17 @@ ResponseStatus = Literal["queued", "in_progress", "completed", "failed", "cancel
 
 @dataclass(slots=True)
 class _Item:
-    """An output item while it grows: its place, and the text it has so far."""
+    """An output item while it grows: its place, and the pieces of its text so far. Kept as
+    pieces, joined once it is done: a string grown a token at a time is copied whole at
+    every token, which made a long answer's stream slow down as it went."""
 
     index: int
     item: Frame
-    text: str = ""
+    pieces: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 NUMBERS_PER_EVENT = 8
@@ -310,7 +316,7 @@ class ResponseEvents:
                 summary_index=0,
                 part={"type": "summary_text", "text": ""},
             )
-        growing.text += delta
+        growing.pieces.append(delta)
         yield self._event(
             "response.reasoning_summary_text.delta",
             item_id=growing.item["id"],
@@ -322,8 +328,9 @@ class ResponseEvents:
     def _end_reasoning(self, step: int, status: str) -> Iterator[Frame]:
         growing = self._open.pop(("reasoning", step))
         where = {"item_id": growing.item["id"], "output_index": growing.index, "summary_index": 0}
-        part = {"type": "summary_text", "text": growing.text}
-        yield self._event("response.reasoning_summary_text.done", **where, text=growing.text)
+        text = growing.text
+        part = {"type": "summary_text", "text": text}
+        yield self._event("response.reasoning_summary_text.done", **where, text=text)
         yield self._event("response.reasoning_summary_part.done", **where, part=part)
         growing.item.update(summary=[part], status=status)
         yield self._event(
@@ -349,7 +356,7 @@ class ResponseEvents:
                 content_index=0,
                 part=_output_text(""),
             )
-        growing.text += delta
+        growing.pieces.append(delta)
         yield self._event(
             "response.output_text.delta",
             item_id=growing.item["id"],
@@ -364,8 +371,9 @@ class ResponseEvents:
         the answer (the Responses API's names)."""
         growing = self._open.pop(("message", step))
         where = {"item_id": growing.item["id"], "output_index": growing.index, "content_index": 0}
-        part = _output_text(growing.text)
-        yield self._event("response.output_text.done", **where, text=growing.text, logprobs=[])
+        text = growing.text
+        part = _output_text(text)
+        yield self._event("response.output_text.done", **where, text=text, logprobs=[])
         yield self._event("response.content_part.done", **where, part=part)
         growing.item.update(content=[part], status=status)
         if phase is not None:
