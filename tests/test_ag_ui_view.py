@@ -16,15 +16,18 @@ from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
     Event,
+    ReasoningDelta,
     RunPaused,
     RunStarted,
     StepCompleted,
     StepStarted,
+    TextDelta,
     ToolCall,
     ToolResult,
 )
 from agentstream.views.ag_ui import AGUIEvents
 from agentstream.views.continued import continued
+from agentstream.views.frames import as_dict
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(AGUIEvent)
 PAIRS = {
@@ -39,7 +42,7 @@ PAIRS = {
 def frames(events: list[Event], after: int = 0) -> list[dict[str, Any]]:
     view = AGUIEvents("thread_1", "run_1")
     shown = continued(view, after, view.opening)
-    return [frame for event in events for frame in shown(event)]
+    return [as_dict(frame) for event in events for frame in shown(event)]
 
 
 def key(frame: dict[str, Any]) -> str:
@@ -132,3 +135,28 @@ def test_a_second_pause_asks_only_its_own_calls() -> None:
     later = frames(run, after=paused_at)
     assert [i["id"] for i in first[-1]["outcome"]["interrupts"]] == ["c1"]
     assert [i["id"] for i in later[-1]["outcome"]["interrupts"]] == ["c2"]
+
+
+def test_reasoning_that_comes_within_the_text_ends_before_the_text_goes_on() -> None:
+    """A model may think again after its text began: the reasoning message ends before the
+    next text content, and an empty delta sends nothing (AG-UI refuses one)."""
+    events: list[Event] = [
+        RunStarted(run_id="run_1", seq=1, ts=1.0, agent_id="a", session_id="s"),
+        StepStarted(run_id="run_1", seq=2, ts=1.0, step=1),
+        TextDelta(run_id="run_1", seq=3, ts=1.0, step=1, delta="a"),
+        ReasoningDelta(run_id="run_1", seq=4, ts=1.0, step=1, delta="r"),
+        TextDelta(run_id="run_1", seq=5, ts=1.0, step=1, delta="b"),
+        TextDelta(run_id="run_1", seq=6, ts=1.0, step=1, delta=""),
+        TextDelta(run_id="run_1", seq=7, ts=1.0, step=1, delta="c"),
+    ]
+    assert [(f["type"], f.get("delta")) for f in frames(events)[2:]] == [
+        ("TEXT_MESSAGE_START", None),
+        ("TEXT_MESSAGE_CONTENT", "a"),
+        ("REASONING_START", None),
+        ("REASONING_MESSAGE_START", None),
+        ("REASONING_MESSAGE_CONTENT", "r"),
+        ("REASONING_MESSAGE_END", None),
+        ("REASONING_END", None),
+        ("TEXT_MESSAGE_CONTENT", "b"),
+        ("TEXT_MESSAGE_CONTENT", "c"),
+    ]

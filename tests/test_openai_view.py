@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 from agent_runs import Run, agent_runs
 from agentstream.events import Event
+from agentstream.views.frames import as_dict
 from agentstream.views.openai import NUMBERS_PER_EVENT, ChatCompletionChunks, ResponseEvents
 
 
 def responses(events: list[Event]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     view = ResponseEvents.begin("run_1", model="a", created_at=1.0)
-    return [frame for event in events for frame in view(event)], view.response
+    return [as_dict(frame) for event in events for frame in view(event)], view.response
 
 
 @given(agent_runs())
@@ -55,7 +56,7 @@ def test_an_event_s_frames_are_numbered_from_its_seq(run: Run, stored: bool) -> 
     view = ResponseEvents.begin("run_1", model="a", created_at=1.0)
     events = run.stored if stored else run.live
     for event in events[:-1]:
-        for frame in view(event):
+        for frame in map(as_dict, view(event)):
             assert frame["sequence_number"] // NUMBERS_PER_EVENT == event.seq - 1
 
 
@@ -90,7 +91,7 @@ def _without_id(item: dict[str, Any]) -> dict[str, Any]:
 @given(agent_runs())
 def test_chat_chunks_reassemble_the_streamed_text(run: Run) -> None:
     view = ChatCompletionChunks("chatcmpl-1", "a", 1, include_usage=True)
-    frames = [frame for event in run.live for frame in view(event)]
+    frames = [as_dict(frame) for event in run.live for frame in view(event)]
     assert frames[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     chunks = [f for f in frames if f.get("choices")]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)

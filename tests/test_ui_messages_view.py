@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_runs import Run, agent_runs
-from agentstream.events import Event
+from agentstream.events import Event, ReasoningDelta, RunStarted, StepStarted, TextDelta
 from agentstream.views.continued import continued
+from agentstream.views.frames import as_dict
 from agentstream.views.ui_messages import UIMessageChunks
 
 ENDINGS = ("finish", "error", "abort")
@@ -20,7 +21,7 @@ ENDINGS = ("finish", "error", "abort")
 def chunks(events: list[Event], after: int = 0) -> list[dict[str, Any]]:
     view = UIMessageChunks("run_1")
     shown = continued(view, after, view.opening)
-    return [chunk for event in events for chunk in shown(event)]
+    return [as_dict(chunk) for event in events for chunk in shown(event)]
 
 
 def parts(chunks: list[dict[str, Any]], kind: str) -> list[str]:
@@ -76,3 +77,25 @@ def test_a_continued_message_starts_again(run: Run, data: st.DataObject) -> None
         assert [c["type"] for c in later].count("start") == 1
     else:
         assert later == []
+
+
+def test_reasoning_that_comes_within_the_text_ends_before_the_text_goes_on() -> None:
+    """A model may think again after its text began: the reasoning part ends before the
+    next text delta, parts never overlap."""
+    events: list[Event] = [
+        RunStarted(run_id="run_1", seq=1, ts=1.0, agent_id="a", session_id="s"),
+        StepStarted(run_id="run_1", seq=2, ts=1.0, step=1),
+        TextDelta(run_id="run_1", seq=3, ts=1.0, step=1, delta="a"),
+        ReasoningDelta(run_id="run_1", seq=4, ts=1.0, step=1, delta="r"),
+        TextDelta(run_id="run_1", seq=5, ts=1.0, step=1, delta="b"),
+        TextDelta(run_id="run_1", seq=6, ts=1.0, step=1, delta="c"),
+    ]
+    assert [(c["type"], c.get("delta")) for c in chunks(events)[2:]] == [
+        ("text-start", None),
+        ("text-delta", "a"),
+        ("reasoning-start", None),
+        ("reasoning-delta", "r"),
+        ("reasoning-end", None),
+        ("text-delta", "b"),
+        ("text-delta", "c"),
+    ]

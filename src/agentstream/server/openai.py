@@ -36,7 +36,9 @@ from agentstream.server.services import Services, services
 from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
 from agentstream.server.validation import MessageText
 from agentstream.store.store import RunRecord
+from agentstream.views.frames import Frame, as_dict
 from agentstream.views.openai import (
+    NUMBERS_PER_EVENT,
     ChatCompletionChunks,
     ResponseEvents,
     awaiting_approval,
@@ -385,8 +387,11 @@ async def get_response(
         return _as_it_stands(view, await persisted())
     after = -1 if starting_after is None else starting_after
 
-    def shown(event: Event) -> Iterable[dict[str, Any]]:
-        return [f for f in view(event) if f["sequence_number"] > after]
+    def shown(event: Event) -> Iterable[Frame]:
+        frames = list(view(event))  # fed every event: the view keeps its state
+        if (event.seq - 1) * NUMBERS_PER_EVENT > after:  # the number of its first frame
+            return frames
+        return [f for f in map(as_dict, frames) if f["sequence_number"] > after]
 
     return await follow(
         svc.supervisor,

@@ -15,9 +15,8 @@ reconnects.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query
@@ -28,14 +27,13 @@ from agentstream.events import Event, TextDelta
 from agentstream.runlog import Subscription
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.streaming import EventStreamResponse
+from agentstream.views.frames import Frame, JSONText, to_json
 from agentstream.views.native import frame
 
 __all__ = [
     "CLIENT_CANCELLED",
     "DONE",
     "STOP_WAIT",
-    "Frame",
-    "JSONText",
     "Render",
     "ResumeAfter",
     "encode_events",
@@ -46,40 +44,12 @@ __all__ = [
 ]
 
 
-class JSONText(str):
-    """A frame's data already written as the JSON text ``_to_json`` would make of it
-    (``native`` writes a token's so, at once), where a plain ``str`` is a JSON string."""
-
-    __slots__ = ()
-
-
-Frame = dict[str, Any] | JSONText
-"""A frame's data: a dict, or its JSON text."""
-
 Render = Callable[[Event], Iterable[Frame]]
 """A view: the frames one event becomes on a surface (often none or one)."""
 
 
-def _frame_encoder() -> Callable[[Any], str]:
-    """``json.dumps(value, separators=(",", ":"), allow_nan=False)``, made once: never a bare
-    ``NaN`` or ``Infinity``, which is not JSON (``JSON.parse`` fails on it). The C encoder
-    is built here, once, where ``JSONEncoder.encode`` builds a new one on every call: that
-    was a third of what encoding a token's frame cost. Same bytes either way."""
-    encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-    if c_make_encoder is None:  # an interpreter without the C accelerator
-        return encoder.encode
-    encode = c_make_encoder(
-        None, encoder.default, encode_basestring_ascii, None, ":", ",", False, False, False
-    )
-    return lambda value: "".join(encode(value, 0))
-
-
-_to_json = _frame_encoder()
-"""One encoder for every frame."""
-
-
 def _token_json(event: TextDelta) -> JSONText:
-    """A text token's native frame (``frame(event, live=True)``) as ``_to_json`` writes it,
+    """A text token's native frame (``frame(event, live=True)``) as ``to_json`` writes it,
     byte for byte (the same string escaping, no spaces), in a seventh of the time: tokens
     are most of the frames a stream sends."""
     delta = encode_basestring_ascii(event.separator + event.delta)
@@ -310,7 +280,7 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     return "".join(
         [
             sse.encode(
-                data if type(data) is JSONText else _to_json(data), id=event.seq if ids else None
+                data if type(data) is JSONText else to_json(data), id=event.seq if ids else None
             )
             for event in events
             for data in render(event)

@@ -19,7 +19,7 @@ as one delta.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ from agentstream.events import (
     ToolCall,
     ToolResult,
 )
+from agentstream.views.frames import SLOT, JSONText, Template
 
 __all__ = ["APPROVAL", "PROTOCOL_VERSION", "AGUIEvents"]
 
@@ -65,8 +66,9 @@ class AGUIEvents:
 
     thread_id: str
     run_id: str
-    _open: dict[str, str] = field(default_factory=dict)
-    """The messages begun and not ended: their id, by ``text`` or ``reasoning``."""
+    _open: dict[str, tuple[str, Template]] = field(default_factory=dict)
+    """The messages begun and not ended, by ``text`` or ``reasoning``: their id, and their
+    content event."""
     _steps: list[str] = field(default_factory=list)
     """The steps begun and not finished: an agent step, and delegations inside it."""
     _chunked: set[str] = field(default_factory=set)
@@ -84,7 +86,13 @@ class AGUIEvents:
             "protocolVersion": PROTOCOL_VERSION,
         }
 
-    def __call__(self, event: Event) -> Iterator[Frame]:
+    def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
+        if type(event) is TextDelta and "reasoning" not in self._open and "text" in self._open:
+            # A token of the open message, most of the frames: returned, not generated.
+            return (self._open["text"][1].fill(event.delta),) if event.delta else ()
+        return self._frames(event)
+
+    def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
         match event:
             case RunStarted():
                 yield self.opening
@@ -194,11 +202,14 @@ class AGUIEvents:
             **more,
         }
 
-    def _grow(self, kind: str, seq: int, delta: str) -> Iterator[Frame]:
+    def _grow(self, kind: str, seq: int, delta: str) -> Iterator[Frame | JSONText]:
         """A delta of the open message of ``kind``, which begins (named by the seq of its
         first event) if none is open. AG-UI refuses empty deltas."""
-        if kind not in self._open:
-            message_id = self._open[kind] = f"{kind}_{self.run_id}_{seq}"
+        if (message := self._open.get(kind)) is None:
+            message_id = f"{kind}_{self.run_id}_{seq}"
+            content = "REASONING_MESSAGE_CONTENT" if kind == "reasoning" else "TEXT_MESSAGE_CONTENT"
+            deltas = Template({"type": content, "messageId": message_id, "delta": SLOT})
+            message = self._open[kind] = (message_id, deltas)
             if kind == "reasoning":
                 yield {"type": "REASONING_START", "messageId": message_id}
                 yield {
@@ -209,12 +220,12 @@ class AGUIEvents:
             else:
                 yield {"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}
         if delta:
-            kind_ = "REASONING_MESSAGE_CONTENT" if kind == "reasoning" else "TEXT_MESSAGE_CONTENT"
-            yield {"type": kind_, "messageId": self._open[kind], "delta": delta}
+            yield message[1].fill(delta)
 
     def _end(self, kind: str) -> Iterator[Frame]:
-        if (message_id := self._open.pop(kind, None)) is None:
+        if (message := self._open.pop(kind, None)) is None:
             return
+        message_id = message[0]
         if kind == "reasoning":
             yield {"type": "REASONING_MESSAGE_END", "messageId": message_id}
             yield {"type": "REASONING_END", "messageId": message_id}

@@ -4,13 +4,11 @@ new message or run (the AI SDK's, AG-UI's): it opens again."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from agentstream.events import Event
+from agentstream.views.frames import Frame
 
 __all__ = ["continued"]
-
-Frame = dict[str, Any]
 
 
 def continued(

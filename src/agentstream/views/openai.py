@@ -35,6 +35,7 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
+from agentstream.views.frames import SLOT, JSONText, Template
 
 __all__ = [
     "NUMBERS_PER_EVENT",
@@ -89,15 +90,25 @@ class ChatCompletionChunks:
     model: str
     created: int
     include_usage: bool = False
+    _deltas: dict[str, Template] = field(init=False)
+    """A token's chunk by the delta's key (``content``, ``reasoning_content``)."""
 
-    def __call__(self, event: Event) -> Iterable[Frame]:
+    def __post_init__(self) -> None:
+        self._deltas = {
+            key: Template(self._chunk({key: SLOT})) for key in ("content", "reasoning_content")
+        }
+
+    def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
+        if type(event) is TextDelta:  # most of the frames: returned, not generated
+            return (self._deltas["content"].fill(event.separator + event.delta),)
+        return self._frames(event)
+
+    def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
         match event:
             case RunStarted():
                 yield self._chunk({"role": "assistant", "content": ""})
-            case TextDelta(delta=delta, separator=separator):
-                yield self._chunk({"content": separator + delta})
             case ReasoningDelta(delta=delta):
-                yield self._chunk({"reasoning_content": delta})
+                yield self._deltas["reasoning_content"].fill(delta)
             case RunPaused(run_id=run_id, awaiting=awaiting):
                 yield chat_error(awaiting_approval(run_id, awaiting), "approval_required")
             case RunCompleted(usage=usage):
@@ -166,6 +177,8 @@ class _Item:
     index: int
     item: Frame
     pieces: list[str] = field(default_factory=list)
+    deltas: Template | None = None
+    """Its text's delta event, numbered and filled at each delta (a text item's)."""
 
     @property
     def text(self) -> str:
@@ -231,8 +244,14 @@ class ResponseEvents:
             }
         )
 
-    def __call__(self, event: Event) -> Iterator[Frame]:
+    def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
         self._number = (event.seq - 1) * NUMBERS_PER_EVENT
+        if type(event) is TextDelta and (growing := self._open.get(("message", event.step))):
+            # A token of the open message, most of the frames: returned, not generated.
+            return (self._delta(growing, event.delta),)
+        return self._frames(event)
+
+    def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
         match event:
             case RunStarted():
                 yield self._with_response("response.created")
@@ -281,7 +300,14 @@ class ResponseEvents:
 
     def _event(self, kind: str, **fields: Any) -> Frame:
         self._number += 1
-        return {"type": kind, "sequence_number": self._number - 1, **fields}
+        return _numbered(kind, self._number - 1, **fields)
+
+    def _delta(self, growing: _Item, delta: str) -> JSONText:
+        """A text item's next delta event."""
+        assert growing.deltas is not None, "a text item's"
+        growing.pieces.append(delta)
+        self._number += 1
+        return growing.deltas.fill(self._number - 1, delta)
 
     def _with_response(self, kind: str, status: ResponseStatus | None = None) -> Frame:
         if status is not None:
@@ -303,27 +329,22 @@ class ResponseEvents:
             "response.output_item.added", output_index=opened.index, item=dict(item)
         )
 
-    def _grow_reasoning(self, step: int, delta: str) -> Iterator[Frame]:
+    def _grow_reasoning(self, step: int, delta: str) -> Iterator[Frame | JSONText]:
         key = ("reasoning", step)
         if (growing := self._open.get(key)) is None:
             item = {"id": self._item_id("rs"), "type": "reasoning", "summary": []}
             growing, added = self._open_item(key, item)
+            where = {"item_id": item["id"], "output_index": growing.index, "summary_index": 0}
+            growing.deltas = Template(
+                _numbered("response.reasoning_summary_text.delta", SLOT, **where, delta=SLOT)
+            )
             yield added
             yield self._event(
                 "response.reasoning_summary_part.added",
-                item_id=item["id"],
-                output_index=growing.index,
-                summary_index=0,
+                **where,
                 part={"type": "summary_text", "text": ""},
             )
-        growing.pieces.append(delta)
-        yield self._event(
-            "response.reasoning_summary_text.delta",
-            item_id=growing.item["id"],
-            output_index=growing.index,
-            summary_index=0,
-            delta=delta,
-        )
+        yield self._delta(growing, delta)
 
     def _end_reasoning(self, step: int, status: str) -> Iterator[Frame]:
         growing = self._open.pop(("reasoning", step))
@@ -337,7 +358,7 @@ class ResponseEvents:
             "response.output_item.done", output_index=growing.index, item=dict(growing.item)
         )
 
-    def _grow_message(self, step: int, delta: str) -> Iterator[Frame]:
+    def _grow_message(self, step: int, delta: str) -> Iterator[Frame | JSONText]:
         key = ("message", step)
         if (growing := self._open.get(key)) is None:
             item = {
@@ -348,23 +369,13 @@ class ResponseEvents:
                 "content": [],
             }
             growing, added = self._open_item(key, item)
-            yield added
-            yield self._event(
-                "response.content_part.added",
-                item_id=item["id"],
-                output_index=growing.index,
-                content_index=0,
-                part=_output_text(""),
+            where = {"item_id": item["id"], "output_index": growing.index, "content_index": 0}
+            growing.deltas = Template(
+                _numbered("response.output_text.delta", SLOT, **where, delta=SLOT, logprobs=[])
             )
-        growing.pieces.append(delta)
-        yield self._event(
-            "response.output_text.delta",
-            item_id=growing.item["id"],
-            output_index=growing.index,
-            content_index=0,
-            delta=delta,
-            logprobs=[],
-        )
+            yield added
+            yield self._event("response.content_part.added", **where, part=_output_text(""))
+        yield self._delta(growing, delta)
 
     def _end_message(self, step: int, status: str, phase: str | None = None) -> Iterator[Frame]:
         """``phase``: ``commentary`` for the text before tool calls, ``final_answer`` for
@@ -427,3 +438,8 @@ class ResponseEvents:
 
 def _output_text(text: str) -> Frame:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _numbered(kind: str, number: int | str, **fields: Any) -> Frame:
+    """A Responses API event: its type, its ``sequence_number`` (or ``SLOT``), its fields."""
+    return {"type": kind, "sequence_number": number, **fields}

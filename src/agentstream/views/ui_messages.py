@@ -14,7 +14,7 @@ text comes as one delta.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from agentstream.events import (
     ToolCall,
     ToolResult,
 )
+from agentstream.views.frames import SLOT, JSONText, Template
 
 __all__ = ["HEADERS", "UIMessageChunks"]
 
@@ -51,8 +52,9 @@ class UIMessageChunks:
     message that goes on after its approvals, see ``views.continued``)."""
 
     message_id: str
-    _open: dict[str, str] = field(default_factory=dict)
-    """The parts begun and not ended: their id, by ``text`` or ``reasoning``."""
+    _open: dict[str, tuple[str, Template]] = field(default_factory=dict)
+    """The parts begun and not ended, by ``text`` or ``reasoning``: their id, and their
+    delta chunk."""
     _in_step: bool = False
 
     @property
@@ -60,7 +62,13 @@ class UIMessageChunks:
         """The chunk that opens the message."""
         return {"type": "start", "messageId": self.message_id}
 
-    def __call__(self, event: Event) -> Iterator[Frame]:
+    def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
+        if type(event) is TextDelta and "reasoning" not in self._open and "text" in self._open:
+            # A token of the open part, most of the frames: returned, not generated.
+            return (self._open["text"][1].fill(event.delta),)
+        return self._frames(event)
+
+    def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
         match event:
             case RunStarted():
                 yield self.opening
@@ -127,17 +135,19 @@ class UIMessageChunks:
                 yield from self._end_all()
                 yield {"type": "error", "errorText": message}
 
-    def _grow(self, kind: str, seq: int, delta: str) -> Iterator[Frame]:
+    def _grow(self, kind: str, seq: int, delta: str) -> Iterator[Frame | JSONText]:
         """A delta of the open part of ``kind``, which begins (named by the seq of its
         first event) if none is open."""
-        if kind not in self._open:
-            part_id = self._open[kind] = f"{kind}_{seq}"
+        if (part := self._open.get(kind)) is None:
+            part_id = f"{kind}_{seq}"
+            deltas = Template({"type": f"{kind}-delta", "id": part_id, "delta": SLOT})
+            part = self._open[kind] = (part_id, deltas)
             yield {"type": f"{kind}-start", "id": part_id}
-        yield {"type": f"{kind}-delta", "id": self._open[kind], "delta": delta}
+        yield part[1].fill(delta)
 
     def _end(self, kind: str) -> Iterator[Frame]:
-        if (part_id := self._open.pop(kind, None)) is not None:
-            yield {"type": f"{kind}-end", "id": part_id}
+        if (part := self._open.pop(kind, None)) is not None:
+            yield {"type": f"{kind}-end", "id": part[0]}
 
     def _end_all(self) -> Iterator[Frame]:
         """The open parts, and the step: before the next step or the message's end."""
