@@ -9,6 +9,7 @@ provisional text, thinking or tool frames.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,12 @@ from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.tools import Tool
 from agentstream.views.chat import PUBLIC_ERRORS, THINKING_CAP, ChatPolicy, ChatView
+from agentstream.views.frames import as_dict
+
+
+def sent(view: ChatView, events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The frames the view sends for ``events``, as dicts (a token's may be JSON text)."""
+    return [as_dict(frame) for event in events for frame in view.frames(event)]
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ policies = st.builds(
 def test_public_frames_keep_every_promise(turns: list[Turn], policy: ChatPolicy) -> None:
     events = canonical_events(turns)
     view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
-    frames = [frame for event in events for frame in view.frames(event)]
+    frames = sent(view, events)
     final = "".join(turns[-1].text)
     shown = policy.redact(final) if policy.redact else final
     wire = [json.dumps(frame) for frame in frames]
@@ -183,7 +190,7 @@ def test_live_text_is_retracted_when_the_turn_calls_tools() -> None:
     view = ChatView(
         ChatPolicy(protocol_v1=True), output_blocks=["b"], run_block="b", conversation_id="c"
     )
-    frames = [f for e in canonical_events(turns) for f in view.frames(e)]
+    frames = sent(view, canonical_events(turns))
     assert frames[:6] == [
         {"blockId": "b", "chunk": "PREa"},
         {"blockId": "b", "chunk": " b"},
@@ -208,7 +215,7 @@ def test_thinking_is_capped_per_block() -> None:
     turns = [Turn(["x" * 300_000, "y" * 300_000], ["Hi"], [])]
     policy = ChatPolicy(protocol_v1=True, include_thinking=True)
     view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
-    frames = [f for e in canonical_events(turns) for f in view.frames(e)]
+    frames = sent(view, canonical_events(turns))
     thinking = "".join(f["data"] for f in frames if f.get("event") == "thinking")
     assert len(thinking) == THINKING_CAP
     assert displayed(frames) == "Hi"
@@ -240,7 +247,7 @@ def test_runs_that_fail_part_way_end_with_one_error_and_leak_nothing(
     events = events[: int(len(events) * cut)]
     failed = RunFailed(run_id="run", seq=10**6, ts=0, status=status, message="stopped")  # type: ignore[arg-type]
     view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
-    frames = [frame for event in [*events, failed] for frame in view.frames(event)]
+    frames = sent(view, [*events, failed])
     wire = [json.dumps(frame) for frame in frames]
 
     said = PUBLIC_ERRORS.get(status, "stopped")
@@ -293,6 +300,6 @@ def test_a_paused_run_says_the_answer_waits_for_approval() -> None:
     }
     for policy, expected in shown.items():
         view = ChatView(policy, output_blocks=["b"], run_block="b", conversation_id="c")
-        frames = [frame for event in paused_run() for frame in view.frames(event)]
+        frames = sent(view, paused_run())
         assert frames == expected
         assert "ARG" not in json.dumps(frames), "never the tool's arguments"

@@ -22,6 +22,7 @@ from agentstream.events import (
     ToolResult,
 )
 from agentstream.views.chat import ChatPolicy, ChatView
+from agentstream.views.frames import as_dict
 from conftest import LiveServer, read_events
 
 META: dict[str, Any] = {"run_id": "wfx_1", "ts": 0.0}
@@ -61,7 +62,7 @@ PARALLEL = events(
 
 def render(policy: ChatPolicy, stream: list[Event]) -> list[dict[str, Any]]:
     view = ChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
-    return [frame for event in stream for frame in view.frames(event)]
+    return [as_dict(frame) for event in stream for frame in view.frames(event)]
 
 
 def test_output_blocks_stream_one_after_the_other_live() -> None:

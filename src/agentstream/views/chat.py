@@ -49,6 +49,7 @@ from agentstream.events import (
     ToolCall,
     ToolResult,
 )
+from agentstream.views.frames import SLOT, JSONText, Template
 
 __all__ = [
     "PROTOCOL_HEADER",
@@ -125,6 +126,11 @@ class ChatBlock:
     """The segment (step) whose thinking went out last: a new one starts a new paragraph."""
     tool_calls: dict[str, Frame] = field(default_factory=dict)
     """Name and status of each call, for the final envelope: never arguments or results."""
+    chunk: Template = field(init=False)
+    """``live_text``'s frame, for a token that goes out as it is (``ChatView._showing``)."""
+
+    def __post_init__(self) -> None:
+        self.chunk = Template({"blockId": self.block_id, "chunk": SLOT})
 
     def live_text(self, delta: str) -> list[Frame]:
         if not self.policy.live_text:
@@ -259,7 +265,10 @@ class ChatView:
         self._shows_text: dict[str, bool] = {}
         """Whether the client holds text of the block (a reset takes it back)."""
 
-    def frames(self, event: Event) -> list[Frame]:
+    def frames(self, event: Event) -> Sequence[Frame | JSONText]:
+        if type(event) is TextDelta and (block := self._showing(event)) is not None:
+            block.streamed_text = True  # as live_text does
+            return [block.chunk.fill(event.delta)]
         match event:
             case RunCompleted(content=content, usage=usage) if self.run_block is not None:
                 self._answers[self.run_block] = content
@@ -279,6 +288,19 @@ class ChatView:
         if isinstance(event, BlockCompleted | BlockError | BlockSkipped):
             self._ended.add(block_id)
         return self._release()
+
+    def _showing(self, event: TextDelta) -> ChatBlock | None:
+        """The block whose text this token goes on with as it comes, when its frame goes out
+        as ``live_text`` makes it (most of the frames): text is live, the block is the
+        current one, and the client shows some of its text already (no separator to add,
+        nothing held)."""
+        if self._current == len(self.output_blocks):
+            return None
+        current = self.output_blocks[self._current]
+        block_id = self.run_block if event.block_id is None else event.block_id
+        if block_id == current and self.policy.live_text and self._shows_text.get(current):
+            return self._blocks[current]
+        return None
 
     def _block_frames(self, block: ChatBlock, event: Event) -> list[Frame]:
         match event:
