@@ -269,6 +269,27 @@ def test_thinking_with_its_signature_is_replayed_before_the_tool_call() -> None:
     assert fake.requests[1]["messages"] == REPLAYED_TOOL_LOOP
 
 
+def test_blocks_whose_stop_never_came_are_replayed_whole() -> None:
+    """A block's text is kept in pieces, joined at the message's end: what came after the
+    start block is replayed, with or without the block's ``content_block_stop``."""
+    stopless = [
+        f
+        for f in [
+            *thinking_block(0, "hmm", ", sure", signature=SIGNATURE),
+            *text_block(1, "Hel", "lo"),
+        ]
+        if '"content_block_stop"' not in f
+    ]
+    with run_fake(turn(stopless)) as fake:
+        parts = parts_of(fake, ask(reasoning=True))
+    state = parts[-2]
+    assert isinstance(state, ProviderStatePart)
+    assert state.state["anthropic"]["content"] == [
+        {"type": "thinking", "thinking": "hmm, sure", "signature": SIGNATURE},
+        {"type": "text", "text": "Hello"},
+    ]
+
+
 def test_redacted_thinking_gives_no_reasoning_but_is_replayed() -> None:
     call = RequestedToolCall(id="toolu_01B", name="calculator", arguments={"expression": "2 + 3"})
     redacted_then_call = turn(

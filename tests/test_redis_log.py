@@ -166,3 +166,20 @@ async def test_a_batch_carries_any_run_id_and_any_text_whole(redis: Redis) -> No
         ]
         assert await following.next_batch() == []
         assert following.ended
+
+
+async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
+    redis: Redis,
+) -> None:
+    """What comes before it is applied, the rest is skipped and said (the writer logs it):
+    a batch that failed as a whole would be sent again and again."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer = log_of(redis, prefix)
+    opened = redis_log._framed(b"open", "run_x", 0)
+    batch = opened + b"e -1 1 0\nz" + redis_log._framed(b"end", "run_x", 0)
+    refused = await writer._apply(args=[100, 3600, 60, writer.key(""), batch])
+    assert [r.decode() for r in refused] == [
+        f"a malformed operation at byte {len(opened) + 1}: the rest was skipped"
+    ]
+    entries: list[Entry] = await redis.xrange(writer.key("run_x"))  # type: ignore[assignment]
+    assert [entry_id for entry_id, _ in entries] == [b"0-1"], "opened, not ended"

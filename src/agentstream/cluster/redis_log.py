@@ -73,6 +73,10 @@ end
 local at = 1
 while at <= #batch do
   local kind, seq, named, length, id = string.match(batch, '^(%a+) (%d+) (%d+) (%d+)\\n()', at)
+  if not id then
+    table.insert(refused, 'a malformed operation at byte ' .. at .. ': the rest was skipped')
+    break
+  end
   local key = prefix .. string.sub(batch, id, id + named - 1)
   local payload = string.sub(batch, id + named, id + named + length - 1)
   at = id + named + length
@@ -153,8 +157,7 @@ class RedisLog:
     def _push(self, op: _Op) -> None:
         self._queue.append(op)
         self._pushed += 1
-        if len(self._queue) == 1:  # else the sender has been told, and empties it first
-            self._queued.set()
+        self._queued.set()
         if len(self._queue) > MAX_QUEUED:  # Redis has been away for long: keep the newest
             dropped = MAX_QUEUED // 10
             del self._queue[:dropped]

@@ -240,9 +240,9 @@ class _TurnReader:
         self.blocks: dict[int, dict[str, Any]] = {}
         """Content blocks by index, as an assistant message sends them back."""
         self.pieces: dict[int, list[str]] = {}
-        """What each block grows by until it stops: a text's or a thinking's text, a
-        tool_use's input JSON. Joined then: a string grown a delta at a time is copied whole
-        at every delta."""
+        """What each block grows by: a text's or a thinking's text, a tool_use's input JSON.
+        Joined when it is read (a tool_use's at its stop, texts at the message's end): a
+        string grown a delta at a time is copied whole at every delta."""
         self.usage = Usage()
         self.stop_reason: str | None = None
         self.stopped = False
@@ -276,6 +276,9 @@ class _TurnReader:
         stop = _STOP_REASONS.get(self.stop_reason or "")
         if stop is None:
             raise self._bad(f"Unexpected stop reason from the Anthropic API: {self.stop_reason}")
+        for index, block in self.blocks.items():
+            if block["type"] in ("text", "thinking"):
+                block[block["type"]] = "".join(self.pieces[index])
         content = [
             block
             for _, block in sorted(self.blocks.items())
@@ -334,12 +337,9 @@ class _TurnReader:
                 raise self._bad(f"Unexpected {delta.type} for a {block['type']} block")
 
     def _stop(self, block: dict[str, Any], index: int) -> Iterator[ModelPart]:
-        joined = "".join(self.pieces.pop(index, ()))
-        if block["type"] in ("text", "thinking"):
-            block[block["type"]] = joined
         if block["type"] != "tool_use":
             return
-        raw = joined or "{}"
+        raw = "".join(self.pieces[index]) or "{}"
         try:
             arguments = json.loads(raw)
         except ValueError:

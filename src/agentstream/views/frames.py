@@ -53,7 +53,7 @@ to_json = _frame_encoder()
 SLOT = "\x00slot\x00"
 """A value of a template's frame left open (a string no frame holds: NUL is never text)."""
 
-_OPEN = to_json(SLOT)
+_SLOT_JSON = to_json(SLOT)
 
 
 class Template:
@@ -64,7 +64,7 @@ class Template:
     __slots__ = ("_parts",)
 
     def __init__(self, frame: dict[str, Any]) -> None:
-        self._parts = to_json(frame).split(_OPEN)
+        self._parts = to_json(frame).split(_SLOT_JSON)
         """The JSON text around the slots: before the first, between, after the last."""
         if len(self._parts) not in (2, 3):
             raise ValueError("A template has one or two slots")

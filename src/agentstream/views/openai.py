@@ -90,7 +90,7 @@ class ChatCompletionChunks:
     model: str
     created: int
     include_usage: bool = False
-    _deltas: dict[str, Template] = field(init=False)
+    _deltas: dict[str, Template] = field(init=False, repr=False, compare=False)
     """A token's chunk by the delta's key (``content``, ``reasoning_content``)."""
 
     def __post_init__(self) -> None:
