@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import anyio
@@ -334,6 +335,21 @@ tool_events = st.lists(
     ),
     max_size=8,
 )
+
+
+@given(
+    st.floats(0, 4e9)
+    | st.integers(0, 4 * 10**9).map(lambda second: second + 0.9995)
+    | st.integers(0, 4 * 10**9).map(lambda second: second + 0.9999995)
+    | st.integers(0, 4 * 10**9).map(float)
+)
+def test_a_frame_s_time_is_written_as_datetime_writes_it(ts: float) -> None:
+    """ISO 8601 in UTC with milliseconds, rounded as ``datetime`` rounds a Unix time (to
+    the microsecond, half to even), also where that carries into the next second."""
+    started = RunStarted(run_id=EXE, seq=1, ts=ts, workflow_id="wf")
+    [shown] = CanvasView(workflow_id="wf").frames(started)
+    expected = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    assert shown["timestamp"] == expected.replace("+00:00", "Z")
 
 
 @settings(max_examples=50, deadline=None)
