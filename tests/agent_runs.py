@@ -28,7 +28,7 @@ from agentstream.events import (
     Usage,
 )
 
-__all__ = ["Run", "agent_runs"]
+__all__ = ["Run", "agent_runs", "reasoning_within_text"]
 
 pieces = st.lists(st.text(min_size=1, max_size=5), max_size=4)
 
@@ -114,3 +114,23 @@ def agent_runs(draw: st.DrawFn) -> Run:
         emit(RunCompleted, content=answer or "", usage=Usage(input_tokens=3, output_tokens=4))
     stored = [e for e in events if e.persisted]
     return Run(events, stored, answer, shown, texts, paused)
+
+
+def reasoning_within_text() -> list[Event]:
+    """A step whose model thinks again after its text began, then goes on (with an empty
+    piece): the reasoning must end before the text goes on."""
+    deltas: list[tuple[type[TextDelta | ReasoningDelta], str]] = [
+        (TextDelta, "a"),
+        (ReasoningDelta, "r"),
+        (TextDelta, "b"),
+        (TextDelta, ""),
+        (TextDelta, "c"),
+    ]
+    return [
+        RunStarted(run_id="run_1", seq=1, ts=1.0, agent_id="a", session_id="s"),
+        StepStarted(run_id="run_1", seq=2, ts=1.0, step=1),
+        *(
+            kind(run_id="run_1", seq=seq, ts=1.0, step=1, delta=delta)
+            for seq, (kind, delta) in enumerate(deltas, 3)
+        ),
+    ]

@@ -11,17 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from agent_runs import Run, agent_runs
+from agent_runs import Run, agent_runs, reasoning_within_text
 from agentstream.events import (
     ApprovalRequested,
     BaseEvent,
     Event,
-    ReasoningDelta,
     RunPaused,
     RunStarted,
     StepCompleted,
     StepStarted,
-    TextDelta,
     ToolCall,
     ToolResult,
 )
@@ -138,18 +136,9 @@ def test_a_second_pause_asks_only_its_own_calls() -> None:
 
 
 def test_reasoning_that_comes_within_the_text_ends_before_the_text_goes_on() -> None:
-    """A model may think again after its text began: the reasoning message ends before the
-    next text content, and an empty delta sends nothing (AG-UI refuses one)."""
-    events: list[Event] = [
-        RunStarted(run_id="run_1", seq=1, ts=1.0, agent_id="a", session_id="s"),
-        StepStarted(run_id="run_1", seq=2, ts=1.0, step=1),
-        TextDelta(run_id="run_1", seq=3, ts=1.0, step=1, delta="a"),
-        ReasoningDelta(run_id="run_1", seq=4, ts=1.0, step=1, delta="r"),
-        TextDelta(run_id="run_1", seq=5, ts=1.0, step=1, delta="b"),
-        TextDelta(run_id="run_1", seq=6, ts=1.0, step=1, delta=""),
-        TextDelta(run_id="run_1", seq=7, ts=1.0, step=1, delta="c"),
-    ]
-    assert [(f["type"], f.get("delta")) for f in frames(events)[2:]] == [
+    """The reasoning message ends before the next text content, and an empty piece sends
+    nothing (AG-UI refuses an empty delta)."""
+    assert [(f["type"], f.get("delta")) for f in frames(reasoning_within_text())[2:]] == [
         ("TEXT_MESSAGE_START", None),
         ("TEXT_MESSAGE_CONTENT", "a"),
         ("REASONING_START", None),

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_runs import Run, agent_runs
-from agentstream.events import Event, ReasoningDelta, RunStarted, StepStarted, TextDelta
+from agent_runs import Run, agent_runs, reasoning_within_text
+from agentstream.events import Event
 from agentstream.views.continued import continued
 from agentstream.views.frames import as_dict
 from agentstream.views.ui_messages import UIMessageChunks
@@ -80,22 +80,14 @@ def test_a_continued_message_starts_again(run: Run, data: st.DataObject) -> None
 
 
 def test_reasoning_that_comes_within_the_text_ends_before_the_text_goes_on() -> None:
-    """A model may think again after its text began: the reasoning part ends before the
-    next text delta, parts never overlap."""
-    events: list[Event] = [
-        RunStarted(run_id="run_1", seq=1, ts=1.0, agent_id="a", session_id="s"),
-        StepStarted(run_id="run_1", seq=2, ts=1.0, step=1),
-        TextDelta(run_id="run_1", seq=3, ts=1.0, step=1, delta="a"),
-        ReasoningDelta(run_id="run_1", seq=4, ts=1.0, step=1, delta="r"),
-        TextDelta(run_id="run_1", seq=5, ts=1.0, step=1, delta="b"),
-        TextDelta(run_id="run_1", seq=6, ts=1.0, step=1, delta="c"),
-    ]
-    assert [(c["type"], c.get("delta")) for c in chunks(events)[2:]] == [
+    """The reasoning part ends before the next text delta: parts never overlap."""
+    assert [(c["type"], c.get("delta")) for c in chunks(reasoning_within_text())[2:]] == [
         ("text-start", None),
         ("text-delta", "a"),
         ("reasoning-start", None),
         ("reasoning-delta", "r"),
         ("reasoning-end", None),
         ("text-delta", "b"),
+        ("text-delta", ""),
         ("text-delta", "c"),
     ]
