@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from agentstream.events import (
     BlockCompleted,
     BlockOutput,
@@ -15,6 +18,7 @@ from agentstream.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    StepStarted,
     Text,
     TextDelta,
     TextRetracted,
@@ -63,6 +67,56 @@ PARALLEL = events(
 def render(policy: ChatPolicy, stream: list[Event]) -> list[dict[str, Any]]:
     view = ChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
     return [as_dict(frame) for event in stream for frame in view.frames(event)]
+
+
+@st.composite
+def interleaved(draw: st.DrawFn) -> list[Event]:
+    """Blocks "a" and "b" (output blocks) and "hidden", their events in any order: steps,
+    tokens (some empty), retractions, settled texts, outputs; each block completes once."""
+    made: list[Emitted] = [(RunStarted, {"workflow_id": "w"})]
+    ended: set[str] = set()
+    moves = st.sampled_from(["step", "token", "token", "token", "retract", "text", "end"])
+    for block_id, move in draw(
+        st.lists(st.tuples(st.sampled_from(["a", "b", "hidden"]), moves), max_size=40)
+    ):
+        if block_id in ended:
+            continue
+        text = draw(st.sampled_from(["", "x", "é ", "\n\n"]))
+        scope = {"block_id": block_id, "step": 1}
+        if move == "step":
+            made.append((StepStarted, scope))
+        elif move == "token":
+            made.append((TextDelta, {**scope, "delta": text}))
+        elif move == "retract":
+            made.append((TextRetracted, {**scope, "text": text}))
+        elif move == "text":
+            made.append((Text, {**scope, "text": text}))
+        else:
+            ended.add(block_id)
+            made.append((BlockOutput, {"block_id": block_id, "output": {"content": text}}))
+            made.append((BlockCompleted, {"block_id": block_id}))
+    return events(*made, (RunCompleted, {"result": {}}))
+
+
+policies = st.builds(
+    ChatPolicy,
+    protocol_v1=st.booleans(),
+    include_thinking=st.booleans(),
+    redact=st.sampled_from([None, str.upper]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(interleaved(), policies)
+def test_a_token_written_at_once_is_the_frame_the_held_path_makes(
+    stream: list[Event], policy: ChatPolicy
+) -> None:
+    """A token of the current block whose text shows already goes out at once, from the
+    block's template; in every order and policy, the frames are the ones a view that
+    holds every frame back and releases it would send."""
+    held = ChatView(policy, output_blocks=["a", "b"], conversation_id="cnv")
+    held._showing = lambda event: None  # type: ignore[method-assign]
+    assert render(policy, stream) == [as_dict(f) for e in stream for f in held.frames(e)]
 
 
 def test_output_blocks_stream_one_after_the_other_live() -> None:

@@ -176,10 +176,14 @@ async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
     prefix = f"test-{uuid.uuid4().hex}"
     writer = log_of(redis, prefix)
     opened = redis_log._framed(b"open", "run_x", 0)
-    batch = opened + b"e -1 1 0\nz" + redis_log._framed(b"end", "run_x", 0)
-    refused = await writer._apply(args=[100, 3600, 60, writer.key(""), batch])
-    assert [r.decode() for r in refused] == [
-        f"a malformed operation at byte {len(opened) + 1}: the rest was skipped"
-    ]
-    entries: list[Entry] = await redis.xrange(writer.key("run_x"))  # type: ignore[assignment]
-    assert [entry_id for entry_id, _ in entries] == [b"0-1"], "opened, not ended"
+    unknown = redis_log._framed(b"zap", "run_x", 1)
+    ended = redis_log._framed(b"end", "run_x", 0)
+    for bad in (b"e -1 1 0\nz", b"e 1 5 99\nrun_x{}"):  # no header; a payload cut short
+        batch = opened + unknown + bad + ended
+        refused = await writer._apply(args=[100, 3600, 60, writer.key(""), batch])
+        assert [r.decode() for r in refused] == [
+            f"an unknown operation zap at byte {len(opened) + 1}",
+            f"a malformed operation at byte {len(opened + unknown) + 1}: the rest was skipped",
+        ]
+        entries: list[Entry] = await redis.xrange(writer.key("run_x"))  # type: ignore[assignment]
+        assert [entry_id for entry_id, _ in entries] == [b"0-1"], "opened, not ended"

@@ -72,9 +72,10 @@ local function check(reply)
 end
 local at = 1
 while at <= #batch do
+  local start = at
   local kind, seq, named, length, id = string.match(batch, '^(%a+) (%d+) (%d+) (%d+)\\n()', at)
-  if not id then
-    table.insert(refused, 'a malformed operation at byte ' .. at .. ': the rest was skipped')
+  if not id or id + named + length - 1 > #batch then
+    table.insert(refused, 'a malformed operation at byte ' .. start .. ': the rest was skipped')
     break
   end
   local key = prefix .. string.sub(batch, id, id + named - 1)
@@ -89,8 +90,10 @@ while at <= #batch do
   elseif kind == 'end' then
     check(redis.pcall('XADD', key, seq .. '-2', 'end', 1))
     redis.call('EXPIRE', key, retention)
-  else
+  elseif kind == 'x' then
     redis.call('EXPIRE', key, idle)
+  else
+    table.insert(refused, 'an unknown operation ' .. kind .. ' at byte ' .. start)
   end
 end
 return refused
@@ -189,7 +192,8 @@ class RedisLog:
 
     async def flush(self) -> None:
         """Send everything queued so far (in batches); on failure the unsent part stays
-        queued, in order."""
+        queued, in order. Not beside ``run``: two batches on their way at once could
+        arrive out of order, and the later one's writes be refused as already there."""
         while self._queue:
             batch = self._queue[:BATCH]
             del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push

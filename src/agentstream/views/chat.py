@@ -126,7 +126,7 @@ class ChatBlock:
     """The segment (step) whose thinking went out last: a new one starts a new paragraph."""
     tool_calls: dict[str, Frame] = field(default_factory=dict)
     """Name and status of each call, for the final envelope: never arguments or results."""
-    chunk: Template = field(init=False)
+    chunk: Template = field(init=False, repr=False, compare=False)
     """``live_text``'s frame, for a token that goes out as it is (``ChatView._showing``)."""
 
     def __post_init__(self) -> None:
