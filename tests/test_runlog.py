@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import tracemalloc
+import weakref
 from collections.abc import AsyncGenerator
 from unittest.mock import patch
 
@@ -14,8 +16,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentstream.agents import AgentSpec
-from agentstream.events import STEP_SEPARATOR, Event, ReasoningDelta, StepStarted, TextDelta
-from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
+from agentstream.events import (
+    STEP_SEPARATOR,
+    Event,
+    Reasoning,
+    ReasoningDelta,
+    StepStarted,
+    TextDelta,
+)
+from agentstream.providers.base import (
+    ModelPart,
+    ModelRequest,
+    ReasoningPart,
+    TextPart,
+    TurnEndPart,
+)
 from agentstream.runlog import RunLog, _Deltas, _Stream
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
@@ -212,7 +227,7 @@ async def test_a_viewer_that_leaves_lets_the_log_pack_what_it_held_unread() -> N
     assert len(await viewer.next_batch()) == 200
     viewer.close()
     (stream,) = log._streams.values()
-    assert len(stream.recent) == _Stream.RECENT
+    assert stream.recent == []
     assert [e.seq for e in await log.subscribe("r").next_batch()] == list(range(1, 201))
 
 
@@ -242,6 +257,27 @@ async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_eve
     )
 
 
+class _Kept:
+    """A run's store that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def append_events(self, *events: Event) -> None:
+        self.events.extend(events)
+
+
+async def _answer(model: object, store: _Kept) -> str:
+    """The answer of a run of one agent on ``model``, live in a log nobody reads."""
+    log = RunLog()
+    log.open("r")
+    agent = AgentSpec(id="a")
+    ctx = RunContext("r", log=log, store=store)  # type: ignore[arg-type]
+    state = AgentState.begin(agent, [], "go")
+    answer = await run_agent(ctx, agent, model, [], state=state, reasoning=True)  # type: ignore[arg-type]
+    return answer.content
+
+
 async def test_a_live_agent_run_keeps_no_more_of_its_tokens_than_the_log_does() -> None:
     """The agent loop collects a turn's text too: as the pieces themselves, it kept every
     token's string alive (about 70 bytes more a token) after the log had packed its copy."""
@@ -258,20 +294,63 @@ async def test_a_live_agent_run_keeps_no_more_of_its_tokens_than_the_log_does() 
             kept.append(tracemalloc.get_traced_memory()[0] - before)
             yield TurnEndPart("end_turn")
 
-    class NoStore:
-        async def append_events(self, *events: Event) -> None:
-            pass
-
-    log = RunLog()
-    log.open("r")
-    agent = AgentSpec(id="a")
-    ctx = RunContext("r", log=log, store=NoStore())  # type: ignore[arg-type]
     tracemalloc.start()
     try:
-        answer = await run_agent(
-            ctx, agent, Talker(), [], state=AgentState.begin(agent, [], "go"), reasoning=False
-        )
+        answer = await _answer(Talker(), _Kept())
     finally:
         tracemalloc.stop()
-    assert answer.content == "".join(f" w{i:05}" for i in range(tokens))
-    assert kept[0] < tokens * 60, f"{kept[0] / tokens:.0f} bytes a token"
+    assert answer == "".join(f" w{i:05}" for i in range(tokens))
+    assert kept[0] < tokens * 40, f"{kept[0] / tokens:.0f} bytes a token"
+
+
+async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_are_reading() -> None:
+    """Each token's string costs about 60 bytes: once the log has packed its copy, neither
+    the log nor the agent loop keeps it (the loop kept up to 64 of them, the log 8 to 15)."""
+    alive: list[weakref.ref[str]] = []
+
+    class Piece(str):
+        """A string that can be watched for its end."""
+
+    class Talker:
+        name = "talker"
+
+        async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
+            for i in range(250):
+                piece = Piece(f" w{i:05}")
+                alive.append(weakref.ref(piece))
+                yield TextPart(piece)
+            gc.collect()
+            kept = [i for i, piece in enumerate(alive) if piece() is not None]
+            assert len(kept) <= _Stream.RECENT, kept
+            yield TurnEndPart("end_turn")
+
+    assert await _answer(Talker(), _Kept()) == "".join(f" w{i:05}" for i in range(250))
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.text(st.characters(exclude_categories=()))), max_size=12)
+)
+async def test_a_turns_text_and_reasoning_are_their_pieces_joined_whatever_they_hold(
+    pieces: list[tuple[bool, str]],
+) -> None:
+    """The turn keeps its text as UTF-8: any string (a lone surrogate, or half of a pair in
+    one piece and the other half in the next) comes back as it went in. The reasoning is
+    settled at the first text after it: what came until then."""
+
+    class Pieces:
+        name = "pieces"
+
+        async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelPart, None]:
+            for reasoning, piece in pieces:
+                yield ReasoningPart(piece) if reasoning else TextPart(piece)
+            yield TurnEndPart("end_turn")
+
+    store = _Kept()
+    answer = await _answer(Pieces(), store)
+    assert answer == "".join(piece for reasoning, piece in pieces if not reasoning)
+    thinking = [reasoning for reasoning, _ in pieces]
+    first = thinking.index(True) if True in thinking else len(pieces)
+    settled = next((i for i in range(first, len(pieces)) if not thinking[i]), len(pieces))
+    thought = "".join(piece for reasoning, piece in pieces[:settled] if reasoning)
+    expected = [thought] if True in thinking else []
+    assert [event.text for event in store.events if type(event) is Reasoning] == expected

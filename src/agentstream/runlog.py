@@ -137,14 +137,14 @@ class _Stream:
     __slots__ = ("base", "closed", "count", "ends", "held", "packed", "recent", "subscribers")
 
     RECENT = 8
-    """Events kept as they are, for the viewers that keep up; every ``RECENT`` more, the
-    older ones that every viewer has read are packed, tokens onto the pack before them
-    where they go on."""
+    """Every ``RECENT`` events appended, those every viewer has read are packed, tokens onto
+    the pack before them where they go on: a viewer that keeps up reads the events as they
+    were appended, and a stream keeps a few of them (each about 220 bytes with its text)."""
 
     BEHIND = 256
-    """Events kept as they are at most (a multiple of ``RECENT``): past it, the older ones
-    are packed whether read or not, and a viewer that far behind reads them back from their
-    packs."""
+    """Events kept as they are at most (a multiple of ``RECENT``): past it, all but the newest
+    ``RECENT`` are packed whether read or not, and a viewer that far behind reads them back
+    from their packs."""
 
     def __init__(self, base: int) -> None:
         self.base = base
@@ -169,18 +169,19 @@ class _Stream:
     def append(self, event: Event) -> None:
         self.recent.append(event)
         self.count += 1
-        kept = len(self.recent)
-        if kept % self.RECENT == 0 and kept >= 2 * self.RECENT:
+        if len(self.recent) % self.RECENT == 0:
             self.pack_read()
 
     def pack_read(self) -> None:
-        """Pack the events before the newest ``RECENT`` that every viewer has read (all of
-        them once ``BEHIND`` are kept as they are). A run may append a burst of tokens before
-        its viewers next run (an unpaced model yields to the event loop every few); packed
-        at once, each would be packed, then made again as an event for the viewer, which
-        cost a tenth of a stream's CPU."""
-        count = len(self.recent) - self.RECENT
-        if len(self.recent) < self.BEHIND:
+        """Pack the events that every viewer has read (all but the newest ``RECENT`` once
+        ``BEHIND`` are kept as they are). A run may append a burst of tokens before its
+        viewers next run (an unpaced model yields to the event loop every few); packed at
+        once, each would be packed, then made again as an event for the viewer, which cost a
+        tenth of a stream's CPU."""
+        count = len(self.recent)
+        if count >= self.BEHIND:
+            count -= self.RECENT
+        else:
             for subscriber in self.subscribers:
                 count = min(count, subscriber.read - self.held)
         if count > 0:

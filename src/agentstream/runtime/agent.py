@@ -74,28 +74,21 @@ class AgentAnswer:
 
 
 class _Text:
-    """Text streamed piece by piece, joined every ``CHUNK`` pieces as it comes: a piece of a
-    few letters kept as a string of its own costs about 70 bytes until the turn ends, a
-    hundred times what its letters do, and a live run's log would keep it alive after
-    packing its own copy."""
+    """Text streamed piece by piece, kept as UTF-8 as it comes. A piece kept as a string of its
+    own costs about 60 bytes until the turn ends, after a live run's log has packed its own
+    copy (``io.StringIO`` keeps them so on Python 3.11). ``surrogatepass``: any string comes
+    back as it went in, lone surrogates too."""
 
-    __slots__ = ("_chunks", "_pieces")
-
-    CHUNK = 64
+    __slots__ = ("_utf8",)
 
     def __init__(self) -> None:
-        self._chunks: list[str] = []
-        self._pieces: list[str] = []
+        self._utf8 = bytearray()
 
     def append(self, piece: str) -> None:
-        pieces = self._pieces
-        pieces.append(piece)
-        if len(pieces) == self.CHUNK:
-            self._chunks.append("".join(pieces))
-            pieces.clear()
+        self._utf8 += piece.encode("utf-8", "surrogatepass")
 
     def __str__(self) -> str:
-        return "".join(self._chunks) + "".join(self._pieces)
+        return self._utf8.decode("utf-8", "surrogatepass")
 
 
 @dataclass(slots=True)
