@@ -71,11 +71,11 @@ _Token = TextDelta | ReasoningDelta
 
 
 class _Deltas:
-    """Consecutive tokens of one kind, block and step, packed: their times, where each
-    one's text ends, and the texts joined. A live run keeps every token for a viewer that
-    joins late: as events, a token of a few letters costs about 220 bytes; packed, about 20."""
+    """Consecutive tokens of one kind, block and step, packed: their times and lengths, and
+    their texts joined. A live run keeps every token for a viewer that joins late: as
+    events, a token of a few letters costs about 220 bytes; packed, about 20."""
 
-    __slots__ = ("block_id", "ends", "first_seq", "kind", "run_id", "step", "text", "times")
+    __slots__ = ("block_id", "first_seq", "kind", "lengths", "run_id", "step", "text", "times")
 
     MOST = 1024
     """A pack takes more tokens while it holds fewer than this (it may end a few past it):
@@ -87,7 +87,7 @@ class _Deltas:
         self.run_id, self.block_id, self.step = first.run_id, first.block_id, first.step
         self.first_seq = first.seq
         self.times = array("d")
-        self.ends = array("I")
+        self.lengths = array("I")
         self.text = ""
         self.extend(tokens)
 
@@ -96,30 +96,31 @@ class _Deltas:
         return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
 
     def extend(self, tokens: list[_Token]) -> None:
-        self.times.extend(token.ts for token in tokens)
-        end = self.ends[-1] if self.ends else 0
-        for token in tokens:
-            end += len(token.delta)
-            self.ends.append(end)
-        self.text += "".join(token.delta for token in tokens)
+        self.times.extend([token.ts for token in tokens])
+        deltas = [token.delta for token in tokens]
+        self.lengths.extend(map(len, deltas))
+        self.text += "".join(deltas)
 
     def __len__(self) -> int:
         return len(self.times)
 
     def events(self, start: int) -> list[Event]:
         """The tokens again, from the ``start``-th: equal to the events that were packed."""
-        ends = self.ends
-        return [
-            self.kind(
-                run_id=self.run_id,
-                seq=self.first_seq + i,
-                ts=self.times[i],
-                block_id=self.block_id,
-                step=self.step,
-                delta=self.text[ends[i - 1] if i else 0 : ends[i]],
+        end = sum(self.lengths[:start])
+        events: list[Event] = []
+        for i in range(start, len(self)):
+            begin, end = end, end + self.lengths[i]
+            events.append(
+                self.kind(
+                    run_id=self.run_id,
+                    seq=self.first_seq + i,
+                    ts=self.times[i],
+                    block_id=self.block_id,
+                    step=self.step,
+                    delta=self.text[begin:end],
+                )
             )
-            for i in range(start, len(self))
-        ]
+        return events
 
 
 def _pack_key(event: Event) -> object:
