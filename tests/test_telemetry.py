@@ -257,7 +257,7 @@ def test_serve_logs_json_lines_with_the_request_run_session_and_agent(tmp_path: 
 
 def test_on_a_terminal_a_line_is_uvicorns_with_the_ids_after_it() -> None:
     record = logging.makeLogRecord({"levelname": "INFO", "levelno": 20, "msg": "Run started"})
-    with logs.about_run("run_1", "ses_1", "demo"):
+    with logs.AboutRun("run_1", "ses_1", "demo"):
         logs.ContextFilter().filter(record)
     formatter = logs.TextFormatter()
     formatter.use_colors = False

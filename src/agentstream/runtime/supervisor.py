@@ -160,35 +160,33 @@ class Supervisor:
             raise RuntimeError("The supervisor is not running")
         live = self._live[run_id] = LiveRun(run_id)
 
-        async def run() -> None:
+        async def execute() -> None:
             with telemetry.run(run_id, about) as observed:
-                await execute(observed)
+                ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
+                # A timeout is a stop like any other: a timer, not a cancel scope of its own
+                # within the run's, which a live run would keep for its whole life.
+                message = f"Execution timed out after {timeout:g}s"
+                loop = asyncio.get_running_loop()
+                timer = loop.call_later(timeout, live.stop, "timeout", message)
+                try:
+                    with live.scope:
+                        ending = await program()
+                    if live.scope.cancelled_caught and live.stopped is not None:
+                        ending = live.stopped
+                except Exception:
+                    logger.exception("Run %s failed", run_id)
+                    ending = Stopped("error", internal_error(run_id))
+                finally:
+                    timer.cancel()
+                    with anyio.CancelScope(shield=True):
+                        try:
+                            observed.ended(await finish(ending))
+                        finally:
+                            if self._live.get(run_id) is live:
+                                del self._live[run_id]
+                            live.record_ended()
 
-        async def execute(observed: telemetry.RunObservation) -> None:
-            ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
-            # A timeout is a stop like any other: a timer, not a cancel scope of its own
-            # within the run's, which a live run would keep for its whole life.
-            message = f"Execution timed out after {timeout:g}s"
-            timer = asyncio.get_running_loop().call_later(timeout, live.stop, "timeout", message)
-            try:
-                with live.scope:
-                    ending = await program()
-                if live.scope.cancelled_caught and live.stopped is not None:
-                    ending = live.stopped
-            except Exception:
-                logger.exception("Run %s failed", run_id)
-                ending = Stopped("error", internal_error(run_id))
-            finally:
-                timer.cancel()
-                with anyio.CancelScope(shield=True):
-                    try:
-                        observed.ended(await finish(ending))
-                    finally:
-                        if self._live.get(run_id) is live:
-                            del self._live[run_id]
-                        live.record_ended()
-
-        task = asyncio.create_task(run(), name=run_id)
+        task = asyncio.create_task(execute(), name=run_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return live

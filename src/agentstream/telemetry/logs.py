@@ -13,8 +13,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, TextIO
 
@@ -22,11 +20,11 @@ from uvicorn.logging import DefaultFormatter
 
 __all__ = [
     "CONTEXT_FIELDS",
+    "AboutRun",
     "ContextFilter",
     "JsonFormatter",
     "LogFormat",
     "TextFormatter",
-    "about_run",
     "formatter",
     "request_id",
     "uses_json",
@@ -51,14 +49,20 @@ _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
 """A record's own attributes: any other came with ``extra=`` and goes in the JSON line."""
 
 
-@contextmanager
-def about_run(run_id: str, session_id: str | None, agent: str | None) -> Iterator[None]:
-    """Lines logged in the block (and in the tasks it starts) are about this run."""
-    token = _run.set((run_id, session_id, agent))
-    try:
-        yield
-    finally:
-        _run.reset(token)
+class AboutRun:
+    """The block in which lines logged (and in the tasks it starts) are about this run. A
+    class, not a generator: the block lasts as long as the run."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, run_id: str, session_id: str | None, agent: str | None) -> None:
+        self._fields = (run_id, session_id, agent)
+
+    def __enter__(self) -> None:
+        self._token = _run.set(self._fields)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _run.reset(self._token)
 
 
 class ContextFilter(logging.Filter):
