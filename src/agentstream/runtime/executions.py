@@ -8,6 +8,7 @@ log), and its ending is recorded with its terminal event in one transaction.
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 import anyio
@@ -86,7 +87,7 @@ class ExecutionManager:
             self.supervisor.log.open(run_id)
             self.supervisor.launch(
                 run_id,
-                lambda: execution.run(inputs),
+                partial(execution.run, inputs),
                 finish,
                 timeout=self.timeout_seconds,
                 about=RunAbout("workflow", workflow=workflow.id),

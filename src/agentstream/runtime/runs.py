@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import anyio
@@ -281,7 +282,7 @@ class RunManager:
 
         self.supervisor.launch(
             run_id,
-            lambda: self._execute(ctx, spec, model, tools, state, reasoning, decisions),
+            partial(self._execute, ctx, spec, model, tools, state, reasoning, decisions),
             finish,
             timeout=spec.timeout_seconds,
             about=RunAbout("agent", agent=spec.id, session_id=session_id),

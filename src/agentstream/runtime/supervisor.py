@@ -78,6 +78,10 @@ class LiveRun:
         self.stopped = self.stopped or Stopped(status, message)
         self.scope.cancel()
 
+    def time_out(self, seconds: float) -> None:
+        """Its ``seconds`` are up (its message made then: a live run would keep it)."""
+        self.stop("timeout", f"Execution timed out after {seconds:g}s")
+
     def record_ended(self) -> None:
         self.recorded = True
         if self._done is not None:
@@ -165,9 +169,7 @@ class Supervisor:
                 ending: Ending | Stopped = Stopped("interrupted", INTERRUPTED)
                 # A timeout is a stop like any other: a timer, not a cancel scope of its own
                 # within the run's, which a live run would keep for its whole life.
-                message = f"Execution timed out after {timeout:g}s"
-                loop = asyncio.get_running_loop()
-                timer = loop.call_later(timeout, live.stop, "timeout", message)
+                timer = asyncio.get_running_loop().call_later(timeout, live.time_out, timeout)
                 try:
                     with live.scope:
                         ending = await program()

@@ -86,24 +86,6 @@ class EventStreamResponse(Response):
 
     async def send_body(self, receive: Receive, send: Send) -> None:
         LIVE_STREAMS.inc()
-        try:
-            await self._send_body(receive, send)
-        finally:
-            LIVE_STREAMS.dec()
-            self._ended()
-
-    def abandon(self) -> None:
-        """The body will not be sent (the app failed after the start): as if the client had
-        left."""
-        if self._on_disconnect is not None:
-            self._on_disconnect()
-        self._ended()
-
-    def _ended(self) -> None:
-        if self._on_end is not None:
-            self._on_end()
-
-    async def _send_body(self, receive: Receive, send: Send) -> None:
         self._last_sent = time.monotonic()
         streaming = asyncio.current_task()
         assert streaming is not None
@@ -119,19 +101,34 @@ class EventStreamResponse(Response):
         over = False
         watcher = asyncio.create_task(self._watch(receive, send, leave))
         try:
-            while (chunk := await self._next_chunk()) is not None:
-                self._last_sent = time.monotonic()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except asyncio.CancelledError:
-            if not client_left or streaming.uncancel():  # also cancelled from outside
-                raise
-            if self._on_disconnect is not None:
-                self._on_disconnect()
-            return
+            try:
+                while (chunk := await self._next_chunk()) is not None:
+                    self._last_sent = time.monotonic()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except asyncio.CancelledError:
+                if not client_left or streaming.uncancel():  # also cancelled from outside
+                    raise
+                if self._on_disconnect is not None:
+                    self._on_disconnect()
+                return
+            finally:
+                over = True
+                watcher.cancel()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            over = True
-            watcher.cancel()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            LIVE_STREAMS.dec()
+            self._ended()
+
+    def abandon(self) -> None:
+        """The body will not be sent (the app failed after the start): as if the client had
+        left."""
+        if self._on_disconnect is not None:
+            self._on_disconnect()
+        self._ended()
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
 
     async def _watch(self, receive: Receive, send: Send, leave: Callable[[], None]) -> None:
         """Keepalives while the stream is silent, until the client disconnects: then
