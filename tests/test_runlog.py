@@ -120,25 +120,10 @@ async def test_a_reopened_run_outlives_the_old_streams_retention() -> None:
     assert [e.seq for e in await log.subscribe("r", after=5).next_batch()] == [6]
 
 
-NOW = 1_764_900_000_000_000
-"""A Unix time in microseconds."""
-
-CLOCKS = {
-    "now": 0,
-    "later": 40 * 60 * 1_000_000,
-    "earlier": -40 * 60 * 1_000_000,
-}
-"""How far a token's time is from ``NOW``: past 35 minutes either way, a pack cannot keep
-it (a clock may step back)."""
-
-
-def token(
-    seq: int, kind: str, step_: int, block: str | None, clock: str = "now", long: bool = False
-) -> Event:
+def token(seq: int, kind: str, step_: int, block: str | None, long: bool = False) -> Event:
     """A token of the kind: ``text``, ``first`` (a text token with a separator) or
-    ``reasoning``, at a time in whole microseconds 33,331 apart (or ``odd``: not whole
-    microseconds), with a text of a few letters (or ``long``: more than 65,535)."""
-    ts = seq / 7 if clock == "odd" else (NOW + CLOCKS[clock] + seq * 33_331) / 1e6
+    ``reasoning``, with a text of a few letters (``long``: more than 65,535)."""
+    ts = seq / 7
     letters = "x" * 70_000 if long else ""
     if kind == "reasoning":
         return ReasoningDelta(
@@ -164,7 +149,7 @@ def token(
             st.sampled_from([None, "b"]),
             st.booleans(),
             st.integers(1, 12),
-            st.sampled_from(["now", "now", "now", "now", "later", "earlier", "odd", "long"]),
+            st.sampled_from([False, False, False, True]),
         ),
         min_size=8,
         max_size=100,
@@ -175,7 +160,7 @@ def token(
     st.sampled_from([16, 20, 64, _Stream.BEHIND]),
 )
 def test_a_viewer_from_any_seq_gets_the_very_events_appended(
-    runs: list[tuple[str, int, str | None, bool, int, str]],
+    runs: list[tuple[str, int, str | None, bool, int, bool]],
     after: int,
     base: int,
     most: int,
@@ -186,18 +171,16 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
     that reads along (now and then: each step's last flag) while the events under its
     cursor are packed, whatever a pack may hold (``most``: small, so packs fill up), and
     however far behind a viewer holds the packing up (``behind``), and whether a pack can
-    keep a token's time and length or not (``clock``).
-    ``runs``: events of one kind, step, block and clock, so many times in a row."""
+    keep a token's length or not (``long``).
+    ``runs``: events of one kind, step, block and length, so many times in a row."""
     script = [
-        (kind, step_, block, reads, clock)
-        for kind, step_, block, reads, times, clock in runs
+        (kind, step_, block, reads, long)
+        for kind, step_, block, reads, times, long in runs
         for _ in range(times)
     ]
     appended = [
-        step(seq)
-        if kind == "step"
-        else token(seq, kind, step_, block, clock.replace("long", "now"), clock == "long")
-        for seq, (kind, step_, block, _, clock) in enumerate(script, start=base + 1)
+        step(seq) if kind == "step" else token(seq, kind, step_, block, long)
+        for seq, (kind, step_, block, _, long) in enumerate(script, start=base + 1)
     ]
 
     async def replayed() -> tuple[list[Event], list[Event], list[Event]]:
@@ -270,7 +253,7 @@ async def test_a_live_run_keeps_its_tokens_in_a_tenth_of_the_memory_of_their_eve
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert kept < 10_000 * 16, f"{kept / 10_000:.0f} bytes a token"  # text 6, time 4, length 2
+    assert kept < 10_000 * 18, f"{kept / 10_000:.0f} bytes a token"  # text 6, time 8, length 2
     if stalled is not None:
         assert [e.seq for e in await stalled.next_batch()] == list(range(1, 10_001))
     assert [e.seq for e in await log.subscribe("r", after=9_990).next_batch()] == list(

@@ -11,7 +11,6 @@ written to the database, the assembled text is.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, dataclass_transform
@@ -53,7 +52,6 @@ __all__ = [
     "ToolResult",
     "Usage",
     "cancelled_tool_calls",
-    "now",
 ]
 
 ToolStatus = Literal["success", "error", "cancelled"]
@@ -63,12 +61,6 @@ INTERRUPTED = "The server stopped during the run"
 """Why a run that the server's stopping (or a crash) cut off ended."""
 
 T = TypeVar("T")
-
-
-def now() -> float:
-    """The time for an event's ``ts``: Unix time in whole microseconds, which a live run's
-    log keeps in 4 bytes a token (``runlog``)."""
-    return time.time_ns() // 1000 / 1e6
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
@@ -116,7 +108,7 @@ class BaseEvent:
     seq: int
     """Position in the run, from 1, strictly increasing: what subscribers resume from."""
     ts: float
-    """Unix time at emission, in whole microseconds (``now``)."""
+    """Unix time at emission."""
     block_id: str | None = None
     """The workflow block the event is about; None for the run itself."""
 

@@ -71,22 +71,11 @@ _Token = TextDelta | ReasoningDelta
 
 
 class _Deltas:
-    """Consecutive tokens of one kind, block and step, packed: their times (in microseconds
-    from the first's) and lengths, and their texts joined. A live run keeps every token for
-    a viewer that joins late: as events, a token of a few letters costs about 220 bytes;
-    packed, about 14."""
+    """Consecutive tokens of one kind, block and step, packed: their times and lengths, and
+    their texts joined. A live run keeps every token for a viewer that joins late: as
+    events, a token of a few letters costs about 220 bytes; packed, about 16."""
 
-    __slots__ = (
-        "block_id",
-        "first_seq",
-        "kind",
-        "lengths",
-        "run_id",
-        "start",
-        "step",
-        "text",
-        "times",
-    )
+    __slots__ = ("block_id", "first_seq", "kind", "lengths", "run_id", "step", "text", "times")
 
     MOST = 1024
     """A pack takes more tokens while it holds fewer than this (it may end a few past it):
@@ -96,9 +85,7 @@ class _Deltas:
         self.kind = type(first)
         self.run_id, self.block_id, self.step = first.run_id, first.block_id, first.step
         self.first_seq = first.seq
-        self.start = round(first.ts * 1e6)
-        """The first token's time, in microseconds: the others' are kept from it."""
-        self.times = array("i")
+        self.times = array("d")
         self.lengths = array("H")
         self.text = ""
 
@@ -107,20 +94,16 @@ class _Deltas:
         return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
 
     def take(self, tokens: list[_Token]) -> bool:
-        """Pack the tokens (the next after this pack's last) if they can be given back
-        exactly: each time in whole microseconds (``events.now``) within 35 minutes of the
-        first's (a clock may step back), each text under 65,536 characters. False, taking
-        none, if not."""
-        start = self.start
-        micros = [round(token.ts * 1e6) - start for token in tokens]
+        """Pack the tokens (the next after this pack's last) if each text is under 65,536
+        characters, its length kept in 2 bytes; False, taking none, if not. (Times stay
+        8 bytes: kept as 4-byte offsets in microseconds, converting and checking them cost
+        a token about 4,000 more instructions, ``docs/benchmarks.md``.)"""
         deltas = [token.delta for token in tokens]
         try:
-            times, lengths = array("i", micros), array("H", map(len, deltas))
+            lengths = array("H", map(len, deltas))
         except OverflowError:
             return False
-        if any((start + m) / 1e6 != t.ts for m, t in zip(micros, tokens, strict=True)):
-            return False
-        self.times += times
+        self.times.extend([token.ts for token in tokens])
         self.lengths += lengths
         self.text += "".join(deltas)
         return True
@@ -138,7 +121,7 @@ class _Deltas:
                 self.kind(
                     run_id=self.run_id,
                     seq=self.first_seq + i,
-                    ts=(self.start + self.times[i]) / 1e6,
+                    ts=self.times[i],
                     block_id=self.block_id,
                     step=self.step,
                     delta=self.text[begin:end],

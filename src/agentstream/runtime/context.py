@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Emitted, RunFailed, Usage, now
+from agentstream.events import BaseEvent, Emitted, RunFailed, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -105,7 +106,7 @@ class RunContext:
         """``stamp``, for ``emit``, which has the fields at hand: passed on as keywords once
         more, they cost a token 3% of its instructions (``bench.instructions``)."""
         self._seq += 1
-        return kind(run_id=self.run_id, seq=self._seq, ts=now(), **fields)
+        return kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
 
     def publish(self, event: BaseEvent) -> None:
         """Deliver to a run's live viewers an event the caller persisted itself (its first and
@@ -173,7 +174,7 @@ class RunContext:
             logger.exception("Could not record the end of run %s", self.run_id)
             message = f"The run's outcome could not be saved; see the server log ({self.run_id})"
             last = RunFailed(
-                run_id=self.run_id, seq=last.seq, ts=now(), status="error", message=message
+                run_id=self.run_id, seq=last.seq, ts=time.time(), status="error", message=message
             )
             try:  # at least the status, so the run does not stay "running"
                 await self._store.mark_failed(self.run_id, message)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from agentstream.events import INTERRUPTED, RunFailed, now
+from agentstream.events import INTERRUPTED, RunFailed
 from agentstream.runtime.ports import LeaseStore
 from agentstream.runtime.supervisor import Supervisor
 
@@ -130,7 +130,7 @@ class Leases:
         last = RunFailed(
             run_id=run_id,
             seq=max(last_stored, last_live) + SEAL_GAP,
-            ts=now(),
+            ts=time.time(),
             status="interrupted",
             message=INTERRUPTED,
         )

@@ -9,6 +9,7 @@ cancelled and is recorded once, with the session's memory, and its terminal even
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from agentstream.events import (
     RunStarted,
     Usage,
     cancelled_tool_calls,
-    now,
 )
 from agentstream.providers.base import Message, Model
 from agentstream.providers.registry import ModelRegistry
@@ -145,7 +145,7 @@ class RunManager:
             history = list(earlier) if new_session else await self.store.history(session_id)
             run_id = run_id or f"run_{uuid.uuid4().hex}"
             started = RunStarted(
-                run_id=run_id, seq=1, ts=now(), agent_id=spec.id, session_id=session_id
+                run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id
             )
             with anyio.CancelScope(shield=True):  # a run recorded is a run launched
                 await self.store.create_run(
@@ -217,7 +217,7 @@ class RunManager:
         last = RunFailed(
             run_id=run_id,
             seq=await self.store.last_seq(run_id) + 1,
-            ts=now(),
+            ts=time.time(),
             status="cancelled",
             message="Run cancelled",
         )
