@@ -73,7 +73,7 @@ _Token = TextDelta | ReasoningDelta
 class _Deltas:
     """Consecutive tokens of one kind, block and step, packed: their times and lengths, and
     their texts joined. A live run keeps every token for a viewer that joins late: as
-    events, a token of a few letters costs about 220 bytes; packed, about 16."""
+    events, a token of a few letters costs about 220 bytes; packed, about 20."""
 
     __slots__ = ("block_id", "first_seq", "kind", "lengths", "run_id", "step", "text", "times")
 
@@ -81,32 +81,25 @@ class _Deltas:
     """A pack takes more tokens while it holds fewer than this (it may end a few past it):
     its text is copied each time it grows."""
 
-    def __init__(self, first: _Token) -> None:
+    def __init__(self, tokens: list[_Token]) -> None:
+        first = tokens[0]
         self.kind = type(first)
         self.run_id, self.block_id, self.step = first.run_id, first.block_id, first.step
         self.first_seq = first.seq
         self.times = array("d")
-        self.lengths = array("H")
+        self.lengths = array("I")
         self.text = ""
+        self.extend(tokens)
 
     def goes_on_with(self, event: Event) -> bool:
         """``event`` (the next after this pack's last) belongs in it."""
         return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
 
-    def take(self, tokens: list[_Token]) -> bool:
-        """Pack the tokens (the next after this pack's last) if each text is under 65,536
-        characters, its length kept in 2 bytes; False, taking none, if not. (Times stay
-        8 bytes: kept as 4-byte offsets in microseconds, converting and checking them cost
-        a token about 4,000 more instructions, ``docs/benchmarks.md``.)"""
-        deltas = [token.delta for token in tokens]
-        try:
-            lengths = array("H", map(len, deltas))
-        except OverflowError:
-            return False
+    def extend(self, tokens: list[_Token]) -> None:
         self.times.extend([token.ts for token in tokens])
-        self.lengths += lengths
+        deltas = [token.delta for token in tokens]
+        self.lengths.extend(map(len, deltas))
         self.text += "".join(deltas)
-        return True
 
     def __len__(self) -> int:
         return len(self.times)
@@ -198,21 +191,15 @@ class _Stream:
             del self.recent[:count]
 
     def _pack(self, events: list[Event]) -> None:
-        """Pack events of one ``_pack_key``, the next after those packed so far: tokens onto
-        the pack before them where they go on, else into a pack of their own; one event, or
-        tokens that a pack cannot give back exactly, as they are."""
+        """Pack events of one ``_pack_key``, the next after those packed so far."""
         last = self.packed[-1] if self.packed else None
-        tokens = cast(list[_Token], events)
-        first = self.held + 1
         self.held += len(events)
-        if isinstance(last, _Deltas) and last.goes_on_with(events[0]) and last.take(tokens):
+        if isinstance(last, _Deltas) and last.goes_on_with(events[0]):
+            last.extend(cast(list[_Token], events))
             self.ends[-1] = self.held
-        elif events[1:] and (pack := _Deltas(tokens[0])).take(tokens):
-            self.packed.append(pack)
-            self.ends.append(self.held)
         else:
-            self.packed += events
-            self.ends += range(first, self.held + 1)
+            self.packed.append(_Deltas(cast(list[_Token], events)) if events[1:] else events[0])
+            self.ends.append(self.held)
 
     def since(self, index: int) -> list[Event]:
         """Every event from the ``index``-th on (from 0)."""
