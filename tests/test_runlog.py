@@ -267,10 +267,12 @@ class _Kept:
         self.events.extend(events)
 
 
-async def _answer(model: object, store: _Kept) -> str:
-    """The answer of a run of one agent on ``model``, live in a log nobody reads."""
-    log = RunLog()
-    log.open("r")
+async def _answer(model: object, store: _Kept, log: RunLog | None = None) -> str:
+    """The answer of a run of one agent on ``model``, live in ``log`` (one of its own, which
+    nobody reads, if none is given)."""
+    if log is None:
+        log = RunLog()
+        log.open("r")
     agent = AgentSpec(id="a")
     ctx = RunContext("r", log=log, store=store)  # type: ignore[arg-type]
     state = AgentState.begin(agent, [], "go")
@@ -303,10 +305,20 @@ async def test_a_live_agent_run_keeps_no_more_of_its_tokens_than_the_log_does() 
     assert kept[0] < tokens * 40, f"{kept[0] / tokens:.0f} bytes a token"
 
 
-async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_are_reading() -> None:
+@pytest.mark.parametrize(
+    ("viewer", "most"),
+    [("none", _Stream.RECENT), ("reading along", _Stream.RECENT), ("reading nothing", 250)],
+)
+async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_have_not_read(
+    viewer: str, most: int
+) -> None:
     """Each token's string costs about 60 bytes: once the log has packed its copy, neither
-    the log nor the agent loop keeps it (the loop kept up to 64 of them, the log 8 to 15)."""
+    the log nor the agent loop keeps it (the loop kept up to 64 of them, the log 8 to 15).
+    What a viewer has not read yet stays as it was appended, for it to read."""
     alive: list[weakref.ref[str]] = []
+    log = RunLog()
+    log.open("r")
+    subscription = log.subscribe("r") if viewer != "none" else None
 
     class Piece(str):
         """A string that can be watched for its end."""
@@ -319,12 +331,17 @@ async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_are
                 piece = Piece(f" w{i:05}")
                 alive.append(weakref.ref(piece))
                 yield TextPart(piece)
+                if subscription is not None and viewer == "reading along":
+                    last = (await subscription.next_batch())[-1]
+                    assert isinstance(last, TextDelta)
+                    assert last.delta is piece
             gc.collect()
             kept = [i for i, piece in enumerate(alive) if piece() is not None]
-            assert len(kept) <= _Stream.RECENT, kept
+            assert len(kept) <= most, kept
             yield TurnEndPart("end_turn")
 
-    assert await _answer(Talker(), _Kept()) == "".join(f" w{i:05}" for i in range(250))
+    answer = await _answer(Talker(), _Kept(), log)
+    assert answer == "".join(f" w{i:05}" for i in range(250))
 
 
 @given(

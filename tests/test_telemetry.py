@@ -13,7 +13,8 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from unittest.mock import patch
 
 import anyio
 import httpx
@@ -382,3 +383,59 @@ def test_without_tracing_nothing_of_opentelemetry_is_needed() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Tracing needs the otel extra: pip install 'agentstream[otel]'")
+
+
+def _logged_run() -> object:
+    """The run the log lines logged here are about (``ContextFilter``'s field)."""
+    record = logging.makeLogRecord({})
+    logs.ContextFilter().filter(record)
+    return record.__dict__["run_id"]
+
+
+def test_a_runs_and_a_model_calls_blocks_end_as_a_with_would_however_they_end(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The blocks are classes, not generators: whatever ends them (the block's error, an
+    error while they report, a span that does not start), the span ends with that error and
+    the log lines are no longer about the run."""
+    about = telemetry.RunAbout("agent", agent="a")
+    during: list[object] = []
+
+    def fails() -> None:
+        during.append(_logged_run())
+        raise ValueError("the run's own")
+
+    with pytest.raises(ValueError, match="the run's own"), telemetry.run("run_1", about):
+        fails()
+    assert during == ["run_1"]
+    assert _logged_run() is None
+
+    failing = patch.object(metrics.RUNS_ENDED, "labels", side_effect=RuntimeError("reporting"))
+    with failing, pytest.raises(RuntimeError), telemetry.run("run_2", about):
+        pass
+    assert _logged_run() is None
+
+    errors = metrics.PROVIDER_ERRORS.labels("m", "rate_limit")
+    before = errors._value.get()
+    with pytest.raises(ProviderError), telemetry.model_call("m"):
+        raise ProviderError("slow down", provider="p", kind="rate_limit")
+    assert errors._value.get() == before + 1
+
+    ended = {
+        str(attributes(span).get("agentstream.run_id", span.name)): span
+        for span in finished(spans, "chat m", 1)
+    }
+    assert [ended[name].status.description for name in ("run_1", "run_2", "chat m")] == [
+        "ValueError: the run's own",
+        "RuntimeError: reporting",
+        "ProviderError: slow down",
+    ]
+
+    class Unstarted:
+        def span(self, *args: object) -> None:
+            raise RuntimeError("no tracer")
+
+    telemetry.use_tracing(cast(Tracing, Unstarted()))
+    with pytest.raises(RuntimeError, match="no tracer"), telemetry.run("run_3", about):
+        pass
+    assert _logged_run() is None

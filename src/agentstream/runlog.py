@@ -132,15 +132,17 @@ def _pack_key(event: Event) -> object:
 
 
 class _Stream:
-    """A run's events in seq order: the latest as they were appended, where the viewers
-    that keep up read them; the older ones packed, for a viewer that joins late."""
+    """A run's events in seq order: those some viewer has not read yet as they were
+    appended, where the viewers that keep up read them; the rest packed, for a viewer that
+    joins late."""
 
     __slots__ = ("base", "closed", "count", "ends", "held", "packed", "recent", "subscribers")
 
     RECENT = 8
-    """Every ``RECENT`` events appended, those every viewer has read are packed, tokens onto
-    the pack before them where they go on: a viewer that keeps up reads the events as they
-    were appended, and a stream keeps a few of them (each about 220 bytes with its text)."""
+    """Whenever a multiple of ``RECENT`` events is kept as they are, those every viewer has
+    read are packed, tokens onto the pack before them where they go on: a viewer that keeps
+    up reads the events as they were appended, and a stream keeps a few of them (each about
+    220 bytes with its text)."""
 
     BEHIND = 256
     """Events kept as they are at most (a multiple of ``RECENT``): past it, all but the newest

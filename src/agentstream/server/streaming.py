@@ -86,21 +86,21 @@ class EventStreamResponse(Response):
 
     async def send_body(self, receive: Receive, send: Send) -> None:
         LIVE_STREAMS.inc()
-        self._last_sent = time.monotonic()
-        streaming = asyncio.current_task()
-        assert streaming is not None
-        client_left = False
-
-        def leave() -> None:
-            """The client disconnected: stop the stream where it waits, if it still does."""
-            nonlocal client_left
-            if not over:
-                client_left = True
-                streaming.cancel()
-
-        over = False
-        watcher = asyncio.create_task(self._watch(receive, send, leave))
         try:
+            self._last_sent = time.monotonic()
+            streaming = asyncio.current_task()
+            assert streaming is not None
+            client_left = False
+
+            def leave() -> None:
+                """The client disconnected: stop the stream where it waits, if it still does."""
+                nonlocal client_left
+                if not over:
+                    client_left = True
+                    streaming.cancel()
+
+            over = False
+            watcher = asyncio.create_task(self._watch(receive, send, leave))
             try:
                 while (chunk := await self._next_chunk()) is not None:
                     self._last_sent = time.monotonic()

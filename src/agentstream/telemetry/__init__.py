@@ -17,6 +17,7 @@ Like the logging and metrics libraries it feeds, it is the process's.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -109,7 +110,7 @@ class RunAbout:
 class RunObservation:
     """The block of a run's task (``run``), told how the run ended (``ended``) before it
     closes. A class, not a generator: the block lasts as long as the run, and a generator's
-    frame and wrapper kept about 1.3 KB alive for each live run."""
+    frame and wrapper kept about 1.3 KB alive for each live run. Entered once."""
 
     __slots__ = ("_about", "_block", "_fields", "_span", "_started", "run_id", "status")
 
@@ -120,10 +121,6 @@ class RunObservation:
 
     def __enter__(self) -> RunObservation:
         about = self._about
-        self._started = time.perf_counter()
-        metrics.RUNS_STARTED.labels(about.kind).inc()
-        self._fields = logs.AboutRun(self.run_id, about.session_id, about.agent or about.workflow)
-        self._fields.__enter__()
         self._block = _span(
             "agentstream.run",
             {
@@ -135,7 +132,15 @@ class RunObservation:
             },
         )
         self._span = self._block.__enter__()
-        logger.info("Run started", extra={"kind": about.kind})
+        self._fields = logs.AboutRun(self.run_id, about.session_id, about.agent or about.workflow)
+        self._fields.__enter__()
+        try:
+            self._started = time.perf_counter()
+            metrics.RUNS_STARTED.labels(about.kind).inc()
+            logger.info("Run started", extra={"kind": about.kind})
+        except BaseException:
+            self._leave(*sys.exc_info())
+            raise
         return self
 
     def ended(self, last: BaseEvent | None) -> None:
@@ -149,25 +154,34 @@ class RunObservation:
                 self.status = "paused"
 
     def __exit__(self, *exc_info: Any) -> None:
+        try:
+            self._report()
+        except BaseException:
+            self._leave(*sys.exc_info())
+            raise
+        self._leave(*exc_info)
+
+    def _report(self) -> None:
         kind, status = self._about.kind, self.status
         seconds = time.perf_counter() - self._started
+        metrics.RUNS_ENDED.labels(kind, status).inc()
+        metrics.RUN_SECONDS.labels(kind, status).observe(seconds)
+        self._span.set_attribute("agentstream.status", status)
+        if status in _FAILED and _tracing is not None:
+            _tracing.fail(self._span, status)
+        logger.info(
+            "Run ended: %s in %.0f ms",
+            status,
+            seconds * 1000,
+            extra={"kind": kind, "status": status, "duration_ms": round(seconds * 1000, 1)},
+        )
+
+    def _leave(self, *exc_info: Any) -> None:
+        """End the span with what ends the block, then the log lines' fields."""
         try:
-            metrics.RUNS_ENDED.labels(kind, status).inc()
-            metrics.RUN_SECONDS.labels(kind, status).observe(seconds)
-            self._span.set_attribute("agentstream.status", status)
-            if status in _FAILED and _tracing is not None:
-                _tracing.fail(self._span, status)
-            logger.info(
-                "Run ended: %s in %.0f ms",
-                status,
-                seconds * 1000,
-                extra={"kind": kind, "status": status, "duration_ms": round(seconds * 1000, 1)},
-            )
+            self._block.__exit__(*exc_info)
         finally:
-            try:
-                self._block.__exit__(*exc_info)
-            finally:
-                self._fields.__exit__(*exc_info)
+            self._fields.__exit__(*exc_info)
 
 
 _FAILED = frozenset({"error", "timeout", "unknown"})
@@ -203,7 +217,8 @@ def tool_call(name: str, call_id: str) -> AbstractContextManager[SpanLike]:
 
 class ModelCall:
     """The block of one model call (``model_call``), told of its first part and of the usage
-    it reports. A class, not a generator: the block lasts as long as the model streams."""
+    it reports. A class, not a generator: the block lasts as long as the model streams, and
+    a generator's frame and wrapper kept about 0.7 KB alive for it. Entered once."""
 
     __slots__ = ("_block", "model", "span", "started", "usage")
 
@@ -229,24 +244,29 @@ class ModelCall:
         self.usage = usage if self.usage is None else self.usage + usage
 
     def __exit__(self, *exc_info: Any) -> None:
-        model, span, error = self.model, self.span, exc_info[1]
         try:
-            if isinstance(error, ProviderError):
-                metrics.PROVIDER_ERRORS.labels(model, error.kind).inc()
-                span.set_attribute("error.type", error.kind)
-            if (usage := self.usage) is not None:
-                if usage.input_tokens:
-                    metrics.TOKENS.labels(model, "input").inc(usage.input_tokens)
-                if usage.output_tokens:
-                    metrics.TOKENS.labels(model, "output").inc(usage.output_tokens)
-                if usage.cost_usd:
-                    metrics.COST.labels(model).inc(usage.cost_usd)
-                span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-                span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-                if usage.cost_usd is not None:
-                    span.set_attribute("agentstream.cost_usd", usage.cost_usd)
-        finally:
-            self._block.__exit__(*exc_info)
+            self._report(exc_info[1])
+        except BaseException:
+            self._block.__exit__(*sys.exc_info())
+            raise
+        self._block.__exit__(*exc_info)
+
+    def _report(self, error: BaseException | None) -> None:
+        model, span = self.model, self.span
+        if isinstance(error, ProviderError):
+            metrics.PROVIDER_ERRORS.labels(model, error.kind).inc()
+            span.set_attribute("error.type", error.kind)
+        if (usage := self.usage) is not None:
+            if usage.input_tokens:
+                metrics.TOKENS.labels(model, "input").inc(usage.input_tokens)
+            if usage.output_tokens:
+                metrics.TOKENS.labels(model, "output").inc(usage.output_tokens)
+            if usage.cost_usd:
+                metrics.COST.labels(model).inc(usage.cost_usd)
+            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+            if usage.cost_usd is not None:
+                span.set_attribute("agentstream.cost_usd", usage.cost_usd)
 
 
 def model_call(model: str) -> ModelCall:
