@@ -304,8 +304,9 @@ async def _model_turn(
                         separator = ""  # before the step's first piece only
                         turn.text.append(delta)
                     case ReasoningPart(delta):
-                        turn.reasoning.append(delta)
-                        turn.reasoning_pending = not turn.reasoning_emitted
+                        if not turn.reasoning_emitted:  # kept for the turn's one Reasoning
+                            turn.reasoning.append(delta)
+                            turn.reasoning_pending = True
                         await ctx.emit(ReasoningDelta, step=step, delta=delta)
                     case ToolCallStartPart(call_id, name):
                         if turn.reasoning_pending:
