@@ -45,7 +45,7 @@ from agentstream.events import (
     ToolCall,
     ToolResult,
 )
-from agentstream.views.frames import SLOT, JSONText, Template
+from agentstream.views.frames import SLOT, JSONText, OpenPart, Template
 
 __all__ = ["APPROVAL", "PROTOCOL_VERSION", "AGUIEvents"]
 
@@ -66,7 +66,7 @@ class AGUIEvents:
 
     thread_id: str
     run_id: str
-    _open: dict[str, tuple[str, Template]] = field(default_factory=dict)
+    _open: dict[str, OpenPart] = field(default_factory=dict)
     """The messages begun and not ended, by ``text`` or ``reasoning``: their id, and their
     content event."""
     _steps: list[str] = field(default_factory=list)
@@ -89,7 +89,7 @@ class AGUIEvents:
     def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
         if type(event) is TextDelta and "reasoning" not in self._open and "text" in self._open:
             # A token of the open message, most of the frames: returned, not generated.
-            return (self._open["text"][1].fill(event.delta),) if event.delta else ()
+            return (self._open["text"].deltas.fill(event.delta),) if event.delta else ()
         return self._frames(event)
 
     def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
@@ -209,7 +209,7 @@ class AGUIEvents:
             message_id = f"{kind}_{self.run_id}_{seq}"
             content = "REASONING_MESSAGE_CONTENT" if kind == "reasoning" else "TEXT_MESSAGE_CONTENT"
             deltas = Template({"type": content, "messageId": message_id, "delta": SLOT})
-            message = self._open[kind] = (message_id, deltas)
+            message = self._open[kind] = OpenPart(message_id, deltas)
             if kind == "reasoning":
                 yield {"type": "REASONING_START", "messageId": message_id}
                 yield {
@@ -220,12 +220,12 @@ class AGUIEvents:
             else:
                 yield {"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}
         if delta:
-            yield message[1].fill(delta)
+            yield message.deltas.fill(delta)
 
     def _end(self, kind: str) -> Iterator[Frame]:
         if (message := self._open.pop(kind, None)) is None:
             return
-        message_id = message[0]
+        message_id = message.id
         if kind == "reasoning":
             yield {"type": "REASONING_MESSAGE_END", "messageId": message_id}
             yield {"type": "REASONING_END", "messageId": message_id}

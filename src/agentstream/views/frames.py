@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["SLOT", "Frame", "JSONText", "Template", "as_dict", "to_json"]
+__all__ = ["SLOT", "Frame", "JSONText", "OpenPart", "Template", "as_dict", "to_json"]
 
 
 class JSONText(str):
@@ -87,3 +87,11 @@ def _json(value: str | int) -> str:
     if type(value) is int:
         return str(value)
     raise TypeError(f"A template's slot takes a string or an integer, not {value!r}")
+
+
+class OpenPart(NamedTuple):
+    """A message's text or reasoning begun and not ended (AG-UI's, the AI SDK's): its id,
+    and the frame each of its deltas goes out as."""
+
+    id: str
+    deltas: Template

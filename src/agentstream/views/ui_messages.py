@@ -36,7 +36,7 @@ from agentstream.events import (
     ToolCall,
     ToolResult,
 )
-from agentstream.views.frames import SLOT, JSONText, Template
+from agentstream.views.frames import SLOT, JSONText, OpenPart, Template
 
 __all__ = ["HEADERS", "UIMessageChunks"]
 
@@ -52,7 +52,7 @@ class UIMessageChunks:
     message that goes on after its approvals, see ``views.continued``)."""
 
     message_id: str
-    _open: dict[str, tuple[str, Template]] = field(default_factory=dict)
+    _open: dict[str, OpenPart] = field(default_factory=dict)
     """The parts begun and not ended, by ``text`` or ``reasoning``: their id, and their
     delta chunk."""
     _in_step: bool = False
@@ -65,7 +65,7 @@ class UIMessageChunks:
     def __call__(self, event: Event) -> Iterable[Frame | JSONText]:
         if type(event) is TextDelta and "reasoning" not in self._open and "text" in self._open:
             # A token of the open part, most of the frames: returned, not generated.
-            return (self._open["text"][1].fill(event.delta),)
+            return (self._open["text"].deltas.fill(event.delta),)
         return self._frames(event)
 
     def _frames(self, event: Event) -> Iterator[Frame | JSONText]:
@@ -141,13 +141,13 @@ class UIMessageChunks:
         if (part := self._open.get(kind)) is None:
             part_id = f"{kind}_{seq}"
             deltas = Template({"type": f"{kind}-delta", "id": part_id, "delta": SLOT})
-            part = self._open[kind] = (part_id, deltas)
+            part = self._open[kind] = OpenPart(part_id, deltas)
             yield {"type": f"{kind}-start", "id": part_id}
-        yield part[1].fill(delta)
+        yield part.deltas.fill(delta)
 
     def _end(self, kind: str) -> Iterator[Frame]:
         if (part := self._open.pop(kind, None)) is not None:
-            yield {"type": f"{kind}-end", "id": part[0]}
+            yield {"type": f"{kind}-end", "id": part.id}
 
     def _end_all(self) -> Iterator[Frame]:
         """The open parts, and the step: before the next step or the message's end."""
