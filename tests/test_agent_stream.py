@@ -247,6 +247,39 @@ def test_token_count_does_not_change_database_writes(tmp_path: Path) -> None:
     assert len(long[1]) > 2000
 
 
+def test_a_run_is_recorded_with_its_first_steps_start_in_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run start is one write: the run, its ``start`` and its first ``step_started``. The
+    agent loop does not write that step's start again; later steps write their own."""
+    writes: list[list[str]] = []
+    create_run, append_events = Store.create_run, Store.append_events
+
+    async def created(store: Store, **fields: Any) -> None:
+        writes.append(["run", *(type(event).__name__ for event in fields["first_events"])])
+        await create_run(store, **fields)
+
+    async def appended(store: Store, *events: Any) -> None:
+        writes.append([type(event).__name__ for event in events])
+        await append_events(store, *events)
+
+    monkeypatch.setattr(Store, "create_run", created)
+    monkeypatch.setattr(Store, "append_events", appended)
+    with serve(make_settings(tmp_path)) as live:
+        ids, frames = stream_frames(live, "demo", {"message": "What is 17 * 23?"})
+        with live.client() as client:
+            stored = client.get(f"/api/agents/runs/{frames[0]['run_id']}").json()["events"]
+    assert writes[0] == ["run", "RunStarted", "StepStarted"]
+    assert [write for write in writes if "StepStarted" in write] == [
+        ["run", "RunStarted", "StepStarted"],
+        ["StepStarted"],  # the second step's, after the calculator's
+    ]
+    assert ids == sorted(set(ids))
+    started = [(e["seq"], e["step"]) for e in stored if e["event"] == "step_started"]
+    assert started == [(2, 1), (started[1][0], 2)]
+    assert [f["step"] for f in frames if f["event"] == "step_started"] == [1, 2]
+
+
 def test_memory_holds_no_preamble(server: LiveServer) -> None:
     _, frames = stream_frames(server, "demo", {"message": "What is 8 * 8?"})
 

@@ -86,7 +86,7 @@ async def create_run(store: Store, run_id: str, session_id: str, owner: str = OW
         new_session=True,
         input="hi",
         reasoning_requested=False,
-        first_event=first,
+        first_events=[first],
         owner=owner,
     )
 

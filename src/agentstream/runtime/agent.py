@@ -126,6 +126,9 @@ class AgentState:
     memory: list[Message]
     """What this run adds to its session: the user message, tool exchanges, the answer."""
     step: int = 1
+    step_started: bool = False
+    """The step's ``StepStarted`` is out already: a new run's first is written with the run
+    (``RunManager.start``), one write less."""
     pending: PendingTurn | None = None
     streamed_text: bool = False
     """An earlier step streamed text: the next step's text starts with a separator."""
@@ -199,7 +202,10 @@ async def run_agent(
         step = state.step
         pending = state.pending
         if pending is None:
-            await ctx.emit(StepStarted, step=step)
+            if state.step_started:
+                state.step_started = False
+            else:
+                await ctx.emit(StepStarted, step=step)
             request = ModelRequest(
                 messages=tuple(state.messages),
                 tools=specs,

@@ -102,11 +102,11 @@ class AgentRunStore(EventStore, AgentLookup, Protocol):
         new_session: bool,
         input: str,
         reasoning_requested: bool,
-        first_event: BaseEvent,
+        first_events: Sequence[BaseEvent],
         owner: str,
         parent_run_id: str | None = None,
     ) -> None:
-        """The run, its first event (and its new session): all or nothing. ``owner`` is
+        """The run, its first events (and its new session): all or nothing. ``owner`` is
         the process that runs it. ``Conflict`` if the session has a live run already."""
         ...
 

@@ -1,9 +1,10 @@
 """Agent runs: the agent loop is the program the supervisor launches, in a session.
 
 Starting one checks the agent, claims its session (one run at a time in a conversation),
-records the run with its first event, then launches it. Its ending, however it came
-(answer, approval pause, error, timeout, cancel, server stop), settles open tool calls as
-cancelled and is recorded once, with the session's memory, and its terminal event.
+records the run with its first events (its start, its first step's: one write), then
+launches it. Its ending, however it came (answer, approval pause, error, timeout, cancel,
+server stop), settles open tool calls as cancelled and is recorded once, with the
+session's memory, and its terminal event.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agentstream.events import (
     RunFailed,
     RunPaused,
     RunStarted,
+    StepStarted,
     Usage,
     cancelled_tool_calls,
 )
@@ -144,8 +146,12 @@ class RunManager:
         try:
             history = list(earlier) if new_session else await self.store.history(session_id)
             run_id = run_id or f"run_{uuid.uuid4().hex}"
-            started = RunStarted(
-                run_id=run_id, seq=1, ts=time.time(), agent_id=spec.id, session_id=session_id
+            started = time.time()
+            first = (
+                RunStarted(
+                    run_id=run_id, seq=1, ts=started, agent_id=spec.id, session_id=session_id
+                ),
+                StepStarted(run_id=run_id, seq=2, ts=started, step=1),
             )
             with anyio.CancelScope(shield=True):  # a run recorded is a run launched
                 await self.store.create_run(
@@ -155,7 +161,7 @@ class RunManager:
                     new_session=new_session,
                     input=message,
                     reasoning_requested=reasoning,
-                    first_event=started,
+                    first_events=first,
                     owner=self.supervisor.process_id,
                     parent_run_id=parent_run_id,
                 )
@@ -165,8 +171,9 @@ class RunManager:
         state = AgentState.begin(
             spec, history, message, instructions=instructions, new_history=bool(earlier)
         )
+        state.step_started = True
         self._launch(
-            run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=started
+            run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=first
         )
         await self.supervisor.followable(run_id)
         return StartedRun(run_id=run_id, session_id=session_id)
@@ -250,7 +257,7 @@ class RunManager:
         entities: Mapping[str, StoredAgent],
         *,
         seq: int,
-        first: BaseEvent | None = None,
+        first: Sequence[BaseEvent] = (),
         usage: Usage | None = None,
         decisions: Mapping[str, Decision] | None = None,
     ) -> None:
@@ -263,15 +270,15 @@ class RunManager:
             log=self.log,
             store=self.store,
             pricing=self.models.info(spec.model),
-            seq=seq + (first is not None),
+            seq=seq + len(first),
             usage=usage,
         )
         tools = [*self.tools.select(spec.tools), *delegate_tools(self, ctx, entities)]
         if spec.knowledge_bases and self.knowledge_search is not None:
             tools.append(self.knowledge_search(spec.knowledge_bases))
         self.log.open(run_id, after=seq)
-        if first is not None:
-            ctx.publish(first)
+        for event in first:
+            ctx.publish(event)
         claim.run_id = run_id
 
         async def finish(ending: _Outcome | Stopped) -> BaseEvent:

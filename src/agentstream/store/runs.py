@@ -2,7 +2,7 @@
 place that writes them.
 
 A run is a row of ``runs`` and its events are rows of ``run_events``, whatever the program
-that ran. Writes are few and coarse: the run (with its first event) when it starts, one row
+that ran. Writes are few and coarse: the run (with its first events) when it starts, one row
 per persisted event (grouped with other runs' events), and the outcome with its last event
 in one transaction at the end. Token deltas never come here.
 """
@@ -54,13 +54,12 @@ class RunStore:
         self,
         run: RunRow,
         *,
-        first_event: BaseEvent | None = None,
+        first_events: Sequence[BaseEvent] = (),
         session: SessionRow | None = None,
     ) -> None:
-        """The run with its first event (and the new session it opens): all or nothing,
+        """The run with its first events (and the new session it opens): all or nothing,
         written with whatever else waits to be written."""
-        first = None if first_event is None else event_row(first_event)
-        await self._db.insert(session, run, first)
+        await self._db.insert(session, run, *(event_row(event) for event in first_events))
 
     async def append(self, *events: BaseEvent) -> None:
         """Events of a run that came at once: in one write, grouped with other runs' events."""

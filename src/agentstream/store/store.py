@@ -381,11 +381,11 @@ class Store:
         new_session: bool,
         input: str,
         reasoning_requested: bool,
-        first_event: BaseEvent,
+        first_events: Sequence[BaseEvent],
         owner: str,
         parent_run_id: str | None = None,
     ) -> None:
-        """The run, its first event (and its new session): all or nothing. ``Conflict`` if
+        """The run, its first events (and its new session): all or nothing. ``Conflict`` if
         the session has a live run (another process may have started it)."""
         try:
             await self.runs.create(
@@ -402,7 +402,7 @@ class Store:
                     owner=owner,
                     parent_run_id=parent_run_id,
                 ),
-                first_event=first_event,
+                first_events=first_events,
                 session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
                 if new_session
                 else None,
