@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from ag_ui.core import RunAgentInput, UserMessage
 from ag_ui.core.types import ResumeEntry
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from pydantic import ConfigDict
 
 from agentstream.agents import StoredAgent
@@ -25,6 +25,7 @@ from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
+from agentstream.server.routing import Router
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import follow, stream_started
@@ -33,7 +34,7 @@ from agentstream.views.continued import continued
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/agents", tags=["ag-ui"])
+router = Router(prefix="/api/agents", tags=["ag-ui"])
 Svc = Annotated[Services, Depends(services)]
 Caller = Annotated[str, Depends(require_api_key)]
 

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import Depends, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agentstream.agents import AgentSpec, AgentUpdate, StoredAgent
@@ -14,6 +14,7 @@ from agentstream.errors import Conflict, NotFound
 from agentstream.inputs import InputModel
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import POST_FRAMING, STARTS_RUN, event_stream, refusals
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.streams import native, stream_started
 from agentstream.server.validation import MessageText
@@ -21,7 +22,7 @@ from agentstream.views.native import NativeFrameAdapter
 
 __all__ = ["agent_or_404", "router"]
 
-router = APIRouter(prefix="/api/agents", tags=["agents"], dependencies=[Depends(require_api_key)])
+router = Router(prefix="/api/agents", tags=["agents"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import Body, Depends, Query, Response
 from pydantic import ConfigDict, Field, field_validator
 
 from agentstream.inputs import InputModel
@@ -18,6 +18,7 @@ from agentstream.server.openapi import (
     event_stream,
     refusals,
 )
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.server.workflows import execution_or_404, parse_as, workflow_or_404
@@ -31,7 +32,7 @@ from agentstream.workflows.references import find_references
 __all__ = ["canvas_policy", "router"]
 
 
-router = APIRouter()
+router = Router()
 Svc = Annotated[Services, Depends(services)]
 Auth = [Depends(require_api_key)]
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from limits import RateLimitItem
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,6 +53,7 @@ from agentstream.server.chat_access import CODES_SENT, DEPLOYMENT_GUESSES, GUESS
 from agentstream.server.deployments import deployment_or_404
 from agentstream.server.openapi import FOLLOW_FRAMING, POST_FRAMING, event_stream, refusals
 from agentstream.server.rate_limits import Release, per_minute, too_many
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.streams import ResumeAfter, follow, stream_started
 from agentstream.server.validation import MessageText
@@ -69,7 +70,7 @@ from agentstream.workflows import parse_workflow
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/chat", tags=["public chat"])
+router = Router(prefix="/api/chat", tags=["public chat"])
 Svc = Annotated[Services, Depends(services)]
 CADENCE = (
     'The answer\'s frames, then `"[DONE]"`. With `X-Sim-Stream-Protocol: agent-events-v1`, '

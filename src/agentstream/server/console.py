@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import Depends, Request, Response
 from fastapi.responses import FileResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,12 +19,13 @@ from agentstream.inputs import InputModel
 from agentstream.server.auth import CONSOLE_COOKIE, require_api_key, same_origin
 from agentstream.server.openapi import refusals
 from agentstream.server.pages import page
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 
 __all__ = ["pages", "router"]
 
-router = APIRouter(prefix="/api/console", tags=["console"])
-pages = APIRouter(include_in_schema=False)
+router = Router(prefix="/api/console", tags=["console"])
+pages = Router(include_in_schema=False)
 Svc = Annotated[Services, Depends(services)]
 
 

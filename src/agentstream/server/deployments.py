@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import Depends, Response
 from pydantic import BaseModel
 
 from agentstream.agents import StoredAgent
@@ -21,6 +21,7 @@ from agentstream.runtime.orchestration import resolve_entities
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import refusals
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.workflows import workflow_or_404
 from agentstream.store.store import DeployedWorkflow, StoredDeployment
@@ -28,7 +29,7 @@ from agentstream.store.workflows import definition_json
 
 __all__ = ["deploy", "deployment_or_404", "router"]
 
-router = APIRouter(
+router = Router(
     prefix="/api/chat-deployments",
     tags=["chat deployments"],
     dependencies=[Depends(require_api_key)],

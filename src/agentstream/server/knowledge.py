@@ -8,7 +8,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Response, UploadFile
+from fastapi import Depends, File, Form, Response, UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.agents import AgentId
@@ -17,12 +17,13 @@ from agentstream.inputs import InputModel
 from agentstream.knowledge.extract import media_type_for
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import refusals
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.store.knowledge import Citation, KnowledgeBase, StoredDocument
 
 __all__ = ["DOCUMENT_UPLOADS", "router"]
 
-router = APIRouter(tags=["knowledge"], dependencies=[Depends(require_api_key)])
+router = Router(tags=["knowledge"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
 DOCUMENT_UPLOADS = re.compile(r"/api/knowledge-bases/[^/]+/documents")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from pydantic import BaseModel
 
 from agentstream.providers.catalog import ModelInfo
 from agentstream.server.auth import require_api_key
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/models", tags=["models"], dependencies=[Depends(require_api_key)])
+router = Router(prefix="/api/models", tags=["models"], dependencies=[Depends(require_api_key)])
 
 
 class ModelOut(BaseModel):

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +31,7 @@ from agentstream.providers.base import Message
 from agentstream.runtime.supervisor import Supervisor
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
+from agentstream.server.routing import Router
 from agentstream.server.runs import cancel
 from agentstream.server.services import Services, services
 from agentstream.server.streams import CLIENT_CANCELLED, DONE, follow, stream_started
@@ -48,7 +49,7 @@ from agentstream.views.openai import (
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
+router = Router(prefix="/v1", tags=["openai"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
 

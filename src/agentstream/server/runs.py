@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound
@@ -29,6 +29,7 @@ from agentstream.server.openapi import (
     event_stream,
     refusals,
 )
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, native, native_replay
 from agentstream.store.paging import Page
@@ -38,9 +39,7 @@ from agentstream.views.native import NativeFrameAdapter, UsageJSON, frame, usage
 
 __all__ = ["cancel", "decide_all", "router"]
 
-router = APIRouter(
-    prefix="/api/agents/runs", tags=["runs"], dependencies=[Depends(require_api_key)]
-)
+router = Router(prefix="/api/agents/runs", tags=["runs"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
 

@@ -6,22 +6,21 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Depends, Query, Response
 from pydantic import BaseModel
 
 from agentstream.errors import NotFound
 from agentstream.server.auth import require_api_key
 from agentstream.server.listing import next_cursor, page_of
 from agentstream.server.openapi import refusals
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.store.paging import Page
 from agentstream.views.native import UsageJSON
 
 __all__ = ["router"]
 
-router = APIRouter(
-    prefix="/api/sessions", tags=["sessions"], dependencies=[Depends(require_api_key)]
-)
+router = Router(prefix="/api/sessions", tags=["sessions"], dependencies=[Depends(require_api_key)])
 Svc = Annotated[Services, Depends(services)]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentstream.errors import Conflict, NotFound, UserError
@@ -21,6 +21,7 @@ from agentstream.events import Event
 from agentstream.server.agents import agent_or_404
 from agentstream.server.auth import require_api_key
 from agentstream.server.openapi import CANCELS_RUN, STARTS_RUN, event_stream, refusals
+from agentstream.server.routing import Router
 from agentstream.server.runs import decide_all
 from agentstream.server.services import Services, services
 from agentstream.server.streams import DONE, STOP_WAIT, follow
@@ -30,7 +31,7 @@ from agentstream.views.ui_messages import HEADERS, UIMessageChunks
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/agents", tags=["ai-sdk"])
+router = Router(prefix="/api/agents", tags=["ai-sdk"])
 Svc = Annotated[Services, Depends(services)]
 Caller = Annotated[str, Depends(require_api_key)]
 ChatId = Annotated[str, Path(min_length=1, max_length=40)]

@@ -7,7 +7,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import Body, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict
 
 from agentstream.errors import Conflict, NotFound, UserError
@@ -23,6 +23,7 @@ from agentstream.server.openapi import (
     event_stream,
     refusals,
 )
+from agentstream.server.routing import Router
 from agentstream.server.services import Services, services
 from agentstream.server.streams import STOP_WAIT, ResumeAfter, follow, stream_started
 from agentstream.store.paging import Page
@@ -33,7 +34,7 @@ from agentstream.workflows import Workflow, parse_workflow
 
 __all__ = ["execution_or_404", "parse_as", "router", "workflow_or_404"]
 
-router = APIRouter(
+router = Router(
     prefix="/api/workflows", tags=["workflows"], dependencies=[Depends(require_api_key)]
 )
 Svc = Annotated[Services, Depends(services)]
