@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, event, select
 from sqlalchemy.exc import IntegrityError
 
 from agentstream.agents import AgentSpec
@@ -316,6 +316,36 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
             assert await store.session_agent(f"ses_{n}") == "a"
         assert await store.get_run("run_7") is None
     finally:
+        await store.close()
+
+
+async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first(
+    tmp_path: Path,
+) -> None:
+    """Whatever order a group's rows came in (here an event of a run that exists, then new
+    sessions with their runs and events), each table is one INSERT, and a table goes after
+    those its rows refer to."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    inserts: list[str] = []
+
+    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT"):
+            inserts.append(statement.split()[2])
+
+    try:
+        await create_run(store, "run_0", "ses_0")
+        event.listen(Engine, "before_cursor_execute", count)
+        async with anyio.create_task_group() as group:
+            group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
+            # the rest of the burst waits for it, then goes as one group
+            group.start_soon(store.append_events, StepStarted(run_id="run_0", seq=2, ts=0, step=1))
+            for n in (2, 3):
+                group.start_soon(create_run, store, f"run_{n}", f"ses_{n}")
+        assert inserts == ["sessions", "runs", "run_events"] * 2
+        assert [e.seq for e in await store.run_events("run_0")] == [1, 2]
+        assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
         await store.close()
 
 

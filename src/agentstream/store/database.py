@@ -128,9 +128,9 @@ class Database:
     async def insert(self, *rows: Base | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).
 
-        Rows go in the given order, each position flushed for the whole group before the
-        next, so a row may refer to an earlier one (a run to its new session); None keeps a
-        position empty.
+        One INSERT per table, in the order of the tables' foreign keys (``add``), so a row
+        may refer to a row of another table in the group (a run to its new session); None
+        stands for no row.
 
         Callers take turns to lead: one writes every row waiting, in one transaction, and
         each of those callers resumes as soon as it is done (waiting for a lock instead, they
@@ -217,13 +217,11 @@ class Database:
         round trips of a run's persisted event: a lone ``INSERT``, or asyncpg's
         ``executemany``, is all-or-nothing by itself."""
         rows = [row for group in inserts for row in group if row is not None]
-        if len({type(row) for row in rows}) > 1:
-            await self.transact(functools.partial(_add_in_order, inserts))
-        elif self._autocommit is not None:
+        if len({type(row) for row in rows}) > 1 or self._autocommit is None:
+            await self.transact(functools.partial(add, rows=rows))
+        else:
             async with self._autocommit.connect() as connection:
                 await connection.run_sync(add, rows)
-        else:
-            await self.transact(functools.partial(add, rows=rows))
 
 
 _Row = TypeVar("_Row", bound=Base)
@@ -241,14 +239,20 @@ class _Queued:
 
 
 def add(connection: Connection, rows: Iterable[Base]) -> None:
-    """Insert new ``rows`` in one INSERT per table (in the order the tables first come): a
-    statement, not a session's unit of work, which costs several times more for rows that
-    are only ever inserted."""
+    """Insert new ``rows`` in one INSERT per table, the tables a foreign key refers to
+    first (a session, then its runs, then their events), each table's rows in their order:
+    a statement, not a session's unit of work, which costs several times more for rows
+    that are only ever inserted."""
     by_table: dict[type[Base], list[dict[str, Any]]] = {}
     for row in rows:
         by_table.setdefault(type(row), []).append(_values(row))
-    for table, values_of_rows in by_table.items():
-        connection.execute(_insert_into(table), values_of_rows)
+    for table in sorted(by_table, key=_dependency_order):
+        connection.execute(_insert_into(table), by_table[table])
+
+
+@functools.cache
+def _dependency_order(table: type[Base]) -> int:
+    return Base.metadata.sorted_tables.index(Base.metadata.tables[table.__tablename__])
 
 
 @functools.cache
@@ -277,13 +281,6 @@ def _a_rows_fault(exc: Exception) -> bool:
     return isinstance(exc, IntegrityError | DataError) or (
         isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)
     )
-
-
-def _add_in_order(inserts: list[tuple[Base | None, ...]], connection: Connection) -> None:
-    """Position by position: one INSERT per table for each, whatever the count."""
-    for position in range(max(len(rows) for rows in inserts)):
-        at = (rows[position] for rows in inserts if position < len(rows))
-        add(connection, (row for row in at if row is not None))
 
 
 _TIMERS = {
