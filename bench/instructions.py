@@ -45,7 +45,7 @@ falls behind sends tokens in bursts, several a ``send``, and a frame looks cheap
 _TOTALS = re.compile(rb"^totals: (\d+)", re.MULTILINE)
 
 
-def _counting(on: bool) -> None:
+def counting(on: bool) -> None:
     """Turn callgrind's counting in this process on or off. It blocks the event loop on
     purpose: the count starts and stops where the loop stands, with no frame sent between."""
     switch = f"--instr={'on' if on else 'off'}"
@@ -55,31 +55,41 @@ def _counting(on: bool) -> None:
 async def _count_frames(variant: str, streams: int, rate: float, window: float) -> None:
     """In the process under callgrind: count instructions over the window, print the frames."""
     async with paced(variant, streams, rate) as frames:
-        _counting(True)
+        counting(True)
         before = frames[0]
         await asyncio.sleep(window)
-        _counting(False)
+        counting(False)
         print(frames[0] - before, flush=True)
     os._exit(0)  # ending the app and its streams is not what is measured
 
 
 def per_frame(variant: str, source: Path, streams: int, rate: float, window: float) -> float:
     """Instructions per frame of ``variant``, agentstream imported from ``source``."""
+    load = (str(value) for value in (streams, rate, window))
+    total, printed = counted(source, "bench.instructions", "--one", variant, *load)
+    frames = int(printed.split()[-1])
+    if frames < KEPT_UP * streams * rate * window:
+        raise RuntimeError(f"{variant}: {frames} frames, the process fell behind its pace")
+    return total / frames
+
+
+def counted(source: Path, module: str, *args: str) -> tuple[int, str]:
+    """``python -m module *args`` under callgrind, agentstream imported from ``source``,
+    counting off until the process turns it on (``counting``): the instructions counted,
+    and what it printed."""
     with tempfile.TemporaryDirectory() as scratch:
         counts = Path(scratch) / "callgrind.out"
         env = os.environ | {
             "PYTHONPATH": os.pathsep.join([str(source / "src"), str(BENCH_ROOT)]),
             "PYTHONHASHSEED": "0",
         }
-        one = [sys.executable, "-m", "bench.instructions", "--one", variant]
         done = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
                 "--instr-atstart=no",
                 f"--callgrind-out-file={counts}",
-                *one,
-                *(str(value) for value in (streams, rate, window)),
+                *(sys.executable, "-m", module, *args),
             ],
             env=env,
             capture_output=True,
@@ -87,11 +97,8 @@ def per_frame(variant: str, source: Path, streams: int, rate: float, window: flo
         )
         totals = _TOTALS.search(counts.read_bytes()) if counts.exists() else None
         if done.returncode or totals is None or not done.stdout.strip():
-            raise RuntimeError(f"{variant}: nothing counted\n{done.stderr[-2000:]}")
-        frames = int(done.stdout.split()[-1])
-        if frames < KEPT_UP * streams * rate * window:
-            raise RuntimeError(f"{variant}: {frames} frames, the process fell behind its pace")
-        return int(totals.group(1)) / frames
+            raise RuntimeError(f"{module} {' '.join(args)}: nothing counted\n{done.stderr[-2000:]}")
+        return int(totals.group(1)), done.stdout
 
 
 def main() -> None:
