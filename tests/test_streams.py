@@ -228,7 +228,7 @@ def test_a_streams_body_is_sent_from_the_apps_own_call(
 
     async def recorded(response: EventStreamResponse, receive: Receive, send: Send) -> None:
         frame = inspect.currentframe()
-        chain: list[str] = []  # from the task's first coroutine on
+        chain = []  # from the task's first coroutine on
         while frame is not None and frame.f_code.co_flags & inspect.CO_COROUTINE:
             chain.insert(0, frame.f_code.co_qualname)
             frame = frame.f_back
