@@ -6,7 +6,6 @@ a chat's in-flight slot back; a GET follow only watches, so hanging up leaves th
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import Request, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agentstream.agents import AgentSpec
 from agentstream.providers.scripted import ScriptedModel
@@ -217,45 +216,8 @@ def test_a_stream_starts_through_the_middleware(live: LiveServer, surface: str) 
     assert sent.headers["content-type"] == "text/event-stream; charset=utf-8"
 
 
-def test_a_streams_body_is_sent_from_the_apps_own_call(
-    live: LiveServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each frame of a live stream resumes the server's coroutines, the app's own
-    ``__call__`` and the body's: none of FastAPI's or Starlette's ``__call__``, nor of the
-    middleware."""
-    chains: list[list[str]] = []
-    send_body = EventStreamResponse.send_body
-
-    async def recorded(response: EventStreamResponse, receive: Receive, send: Send) -> None:
-        frame = inspect.currentframe()
-        chain = []  # from the task's first coroutine on
-        while frame is not None and frame.f_code.co_flags & inspect.CO_COROUTINE:
-            chain.insert(0, frame.f_code.co_qualname)
-            frame = frame.f_back
-        chains.append(chain)
-        await send_body(response, receive, send)
-
-    monkeypatch.setattr(EventStreamResponse, "send_body", recorded)
-    path, body, headers, _ = POSTS["native agent"]
-    with live.client() as client, client.stream("POST", path, json=body, headers=headers) as sent:
-        started(sent)
-    [chain] = chains
-    assert chain[-2:] == ["StreamsOutside.__call__", recorded.__qualname__]
-    assert [name for name in chain if "__call__" in name] == [
-        "ProxyHeadersMiddleware.__call__",  # uvicorn's
-        "StreamsOutside.__call__",
-    ]
-
-
 REQUEST = ContextVar("request", default="none")
 """As the request id of a request's log lines."""
-
-
-def _outside(stack: ASGIApp) -> StreamsOutside:
-    """An app whose whole stack is ``stack``, its streams sent from outside it."""
-    app = StreamsOutside()
-    app.middleware_stack = stack
-    return app
 
 
 async def _never_disconnects() -> Message:
@@ -298,7 +260,7 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         seen.append(f"sent {message['type']} {message.get('body', b'')!r}")
 
     servers_scope: Scope = {"type": "http"}
-    asyncio.run(_outside(middleware)(servers_scope, _never_disconnects, server_send))
+    asyncio.run(StreamsOutside(middleware)(servers_scope, _never_disconnects, server_send))
 
     assert seen == [
         "middleware saw http.response.start",
@@ -338,7 +300,7 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
         calls.append(message["type"])
 
     with pytest.raises(RuntimeError, match="a teardown failed"):
-        asyncio.run(_outside(failing)({"type": "http"}, _never_disconnects, server_send))
+        asyncio.run(StreamsOutside(failing)({"type": "http"}, _never_disconnects, server_send))
     assert calls == ["http.response.start", "disconnect", "end"]
 
 

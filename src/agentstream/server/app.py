@@ -14,6 +14,8 @@ import anyio
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.types import ASGIApp
 
 from agentstream.agents import AgentSpec
 from agentstream.cluster import Cluster
@@ -259,8 +261,18 @@ def create_app(
     return app
 
 
-class _App(StreamsOutside, FastAPI):
-    """FastAPI, its streams' bodies sent from outside its middleware."""
+class _App(FastAPI):
+    def build_middleware_stack(self) -> ASGIApp:
+        """Streams are sent from outside the stack (``StreamsOutside``), unless middleware
+        that handles whole responses was added to the app (``BaseHTTPMiddleware``, which
+        ``@app.middleware("http")`` makes): then from within it, as any response is."""
+        stack = super().build_middleware_stack()
+        if any(
+            isinstance(added.cls, type) and issubclass(added.cls, BaseHTTPMiddleware)
+            for added in self.user_middleware
+        ):
+            return stack
+        return StreamsOutside(stack)
 
 
 def check_config(settings: Settings) -> Declared:

@@ -1,5 +1,5 @@
 """An SSE response that streams, keeps alive and notices disconnects, whichever comes first;
-and the app that streams it from outside its middleware.
+and the ASGI layer that streams it from outside the app's middleware.
 
 Starlette's StreamingResponse cannot send a keepalive while its iterator waits, nor tell
 us the client left; this response can. Headers follow what proxies need to not buffer.
@@ -11,13 +11,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Context, copy_context
-from functools import cached_property
 
-from starlette.applications import Starlette
 from starlette.datastructures import Headers
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentstream import sse
 from agentstream.telemetry.metrics import LIVE_STREAMS
@@ -153,30 +150,32 @@ class EventStreamResponse(Response):
                 return
 
 
-class StreamsOutside(Starlette):
-    """An app (mixed in before FastAPI) whose requests answered with an
-    ``EventStreamResponse`` return through the middleware and routing once the response has
-    started: the body is sent from here, the app's own ``__call__``, to the server's own
-    ``send``, in the context the response started in (the request's log fields). A live
-    stream then keeps none of the stack's coroutines, exit stacks and closures alive, its
-    frames skip the middleware's ``send`` wrappers, which only look at a response's start,
-    and each frame resumes two coroutines fewer (FastAPI's and Starlette's ``__call__``).
+class StreamsOutside:
+    """The outermost ASGI layer of the app: a request answered with an
+    ``EventStreamResponse`` returns through the middleware and routing once the response
+    has started, and its body is sent from here, to the server's own ``send``, in the
+    context the response started in (the request's log fields). A live stream then keeps
+    none of the stack's coroutines, exit stacks and closures alive, and its frames skip
+    the middleware's ``send`` wrappers, which only look at a response's start.
 
     So the stack must be done with a stream once it has started: middleware that changes
-    or ends a body would break it. ``BaseHTTPMiddleware`` (which ``@app.middleware("http")``
-    adds) ends its response when the stack returns: with it, streams are sent from within
-    the stack, as any response is. FastAPI closes ``yield`` dependencies before the body (no
-    stream route has one). Compressing an event stream would hold its frames back."""
+    or ends a body would break it (``BaseHTTPMiddleware`` ends its response when the stack
+    returns: the app is served without this layer if one was added), and FastAPI closes
+    ``yield`` dependencies before the body (no stream route has one). Compressing an event
+    stream would hold its frames back."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._streams_outside:
-            await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
         streams: list[tuple[EventStreamResponse, Context]] = []
         try:
             # A copy: what the stack keeps in it (exit stacks, the route, the request's
             # state) goes with the stack, not with the connection, which keeps its scope.
-            await super().__call__({**scope, _OUTSIDE: streams}, receive, send)
+            await self.app({**scope, _OUTSIDE: streams}, receive, send)
         except BaseException:
             for response, _ in streams:
                 response.abandon()
@@ -188,12 +187,3 @@ class StreamsOutside(Starlette):
             finally:
                 for var, token in reversed(restored):
                     var.reset(token)
-
-    @cached_property
-    def _streams_outside(self) -> bool:
-        """No middleware that handles whole responses (known by the first request: none can
-        be added once the app has started)."""
-        return not any(
-            isinstance(added.cls, type) and issubclass(added.cls, BaseHTTPMiddleware)
-            for added in self.user_middleware
-        )
