@@ -62,3 +62,8 @@ def test_a_request_is_matched_only_against_the_routers_its_path_lies_in(
         assert client.get("/api/firstly/a").status_code == 404
         assert client.get("/api/third/a").status_code == 404
         assert tried["/api/second/{name}"] == 0
+
+    nested = FastAPI()
+    nested.include_router(second, prefix="/v2")  # served under another prefix too
+    with run_app(nested, name="The app") as url, httpx.Client(base_url=url) as client:
+        assert client.get("/v2/api/second/b").json() == {"second": "b"}
