@@ -95,7 +95,7 @@ def main() -> None:
     print(
         f"Instructions per run start, {options.starts} counted\n"
         + text_table(
-            ("agentstream", "instructions", "ratio"),
+            ("agentstream", "instructions", "to the working tree"),
             [(name, f"{count:,.0f}", f"{count / rows[0][1]:.2f}x") for name, count in rows],
         )
     )
