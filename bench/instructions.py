@@ -126,15 +126,18 @@ def main() -> None:
         rows.append((f"agentstream ({revision})", count))
     for variant in VARIANTS[2:]:
         rows.append((f"{variant} (working tree)", per_frame(variant, tree, *load)))
-    base = rows[0][1]
-    print(
+    title = (
         f"Instructions per paced token, {options.streams} streams at {options.rate:g} tokens/s,"
-        f" {options.window:g} s counted\n"
-        + text_table(
-            ("variant", "instructions", "ratio"),
-            [(name, f"{count:,.0f}", f"{count / base:.2f}x") for name, count in rows],
-        )
+        f" {options.window:g} s counted"
     )
+    print(counts_table(title, ("variant", "instructions", "ratio"), rows))
+
+
+def counts_table(title: str, header: tuple[str, str, str], rows: list[tuple[str, float]]) -> str:
+    """``rows`` of a name and its instructions, each with its ratio to the first row's."""
+    base = rows[0][1]
+    shown = [(name, f"{count:,.0f}", f"{count / base:.2f}x") for name, count in rows]
+    return f"{title}\n{text_table(header, shown)}"
 
 
 if __name__ == "__main__":

@@ -23,11 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.instructions import counted, counting
+from bench.instructions import counted, counting, counts_table
 from bench.loopback import BENCH_ROOT
 from bench.paced_cpu import request
 from bench.revisions import checkout
-from bench.tables import text_table
 
 STARTS = 200
 WARM_UP = 40
@@ -92,13 +91,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as source:
             checkout(revision, Path(source))
             rows.append((revision, per_start(Path(source), options.starts)))
-    print(
-        f"Instructions per run start, {options.starts} counted\n"
-        + text_table(
-            ("agentstream", "instructions", "to the working tree"),
-            [(name, f"{count:,.0f}", f"{count / rows[0][1]:.2f}x") for name, count in rows],
-        )
-    )
+    title = f"Instructions per run start, {options.starts} counted"
+    print(counts_table(title, ("agentstream", "instructions", "to the working tree"), rows))
 
 
 if __name__ == "__main__":
