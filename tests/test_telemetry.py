@@ -385,6 +385,60 @@ def test_without_tracing_nothing_of_opentelemetry_is_needed() -> None:
     assert done.stdout.startswith("Tracing needs the otel extra: pip install 'agentstream[otel]'")
 
 
+def test_fastapis_own_http_span_of_a_stream_ends_with_the_stream_and_without_error(
+    tmp_path: Path,
+) -> None:
+    """With a tracer provider set for the process, FastAPI traces each request itself. A
+    stream's body goes out within FastAPI's own call (``StreamsOutside`` is the outermost
+    layer of its middleware, not around it), so the request's span sees the whole response,
+    and does not record it as incomplete, an error. In a process of its own: the tracer
+    provider is the process's."""
+    program = textwrap.dedent("""
+        import json, sys
+        from pathlib import Path
+        import httpx
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        from agentstream.config import Settings
+        from agentstream.server import create_app
+        from fakes.server import run_app
+        settings = Settings(data_dir=Path(sys.argv[1]), demo=True, offline_token_delay=0.0)
+        with run_app(create_app(settings), name="The server", lifespan="on") as url:
+            key = settings.demo_key_file.read_text().strip()
+            with httpx.stream(
+                "POST", url + "/api/agents/demo/run/stream", json={"message": "hi"},
+                headers={"apikey": key}, timeout=30,
+            ) as response:
+                body = response.read().decode()
+        spans = [
+            [s.name, s.status.status_code.name, (s.attributes or {}).get("error.type")]
+            for s in exporter.get_finished_spans()
+        ]
+        print(json.dumps({"ended": '"event":"complete"' in body, "spans": spans}))
+    """)
+    tests = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tests,
+        env=os.environ | {"PYTHONPATH": str(tests)},
+    )
+    assert done.returncode == 0, done.stderr
+    traced = json.loads(done.stdout.splitlines()[-1])
+    assert traced["ended"]
+    [request] = [s for s in traced["spans"] if s[0] == "POST /api/agents/{agent_id}/run/stream"]
+    assert request[1:] == ["UNSET", None]
+
+
 def _logged_run() -> object:
     """The run the log lines logged here are about (``ContextFilter``'s field)."""
     record = logging.makeLogRecord({})
