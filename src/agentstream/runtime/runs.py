@@ -145,13 +145,16 @@ class RunManager:
         claim = self._by_session[session_id] = _Claim()
         try:
             history = list(earlier) if new_session else await self.store.history(session_id)
+            state = AgentState.begin(
+                spec, history, message, instructions=instructions, new_history=bool(earlier)
+            )
             run_id = run_id or f"run_{uuid.uuid4().hex}"
             started = time.time()
             first = (
                 RunStarted(
                     run_id=run_id, seq=1, ts=started, agent_id=spec.id, session_id=session_id
                 ),
-                StepStarted(run_id=run_id, seq=2, ts=started, step=1),
+                StepStarted(run_id=run_id, seq=2, ts=started, step=state.step),
             )
             with anyio.CancelScope(shield=True):  # a run recorded is a run launched
                 await self.store.create_run(
@@ -168,9 +171,6 @@ class RunManager:
         except BaseException:
             self._release(session_id, claim)
             raise
-        state = AgentState.begin(
-            spec, history, message, instructions=instructions, new_history=bool(earlier)
-        )
         state.step_started = True
         self._launch(
             run_id, session_id, spec, model, reasoning, state, entities, seq=0, first=first
