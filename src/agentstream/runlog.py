@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from bisect import bisect_right
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from itertools import groupby
 from typing import Protocol, cast
 
@@ -106,7 +106,7 @@ class _Deltas:
 
     def events(self, start: int) -> list[Event]:
         """The tokens again, from the ``start``-th: equal to the events that were packed."""
-        end = sum(self.lengths[:start])
+        end = self._offset(start)
         events: list[Event] = []
         for i in range(start, len(self)):
             begin, end = end, end + self.lengths[i]
@@ -121,6 +121,14 @@ class _Deltas:
                 )
             )
         return events
+
+    def joined(self, start: int) -> str:
+        """The deltas of the tokens from the ``start``-th, joined."""
+        return self.text[self._offset(start) :]
+
+    def _offset(self, start: int) -> int:
+        """Where the ``start``-th token's delta begins in ``text``."""
+        return sum(self.lengths[:start])
 
 
 def _pack_key(event: Event) -> object:
@@ -208,14 +216,35 @@ class _Stream:
         held = self.held
         if index >= held:
             return self.recent[index - held :]
-        at = bisect_right(self.ends, index)
         events: list[Event] = []
-        for entry, end in zip(self.packed[at:], self.ends[at:], strict=True):
+        for entry, start in self._packed_from(index):
             if isinstance(entry, _Deltas):
-                events += entry.events(max(index - (end - len(entry)), 0))
+                events += entry.events(start)
             else:
                 events.append(entry)
         return events + self.recent
+
+    def text(self, kind: type[_Token], index: int) -> str:
+        """The deltas of the ``kind`` tokens from the ``index``-th event on, joined, read
+        from the packs without making the events again."""
+        pieces: list[str] = []
+        for entry, start in self._packed_from(index):
+            if isinstance(entry, _Deltas):
+                if entry.kind is kind:
+                    pieces.append(entry.joined(start))
+            elif type(entry) is kind:
+                pieces.append(entry.delta)
+        recent = self.recent[max(index - self.held, 0) :]
+        pieces += [event.delta for event in recent if type(event) is kind]
+        return "".join(pieces)
+
+    def _packed_from(self, index: int) -> Iterator[tuple[Event | _Deltas, int]]:
+        """The packed entries from the one that holds the ``index``-th event, each with
+        where in it the events from the ``index``-th begin (0 for a single event)."""
+        at = bisect_right(self.ends, index)
+        for entry, end in zip(self.packed[at:], self.ends[at:], strict=True):
+            begins = end - len(entry) if isinstance(entry, _Deltas) else end - 1
+            yield entry, max(index - begins, 0)
 
     def notify(self) -> None:
         for subscriber in self.subscribers:
@@ -318,6 +347,12 @@ class RunLog:
         without a mirror)."""
         if self.mirror is not None:
             await self.mirror.sync()
+
+    def text(self, stream_id: str, kind: type[_Token], *, after: int) -> str:
+        """The deltas of a stream's ``kind`` tokens with ``seq > after``, joined: what a
+        turn streamed, which the log keeps anyway (while the stream is open)."""
+        stream = self._streams[stream_id]
+        return stream.text(kind, max(after - stream.base, 0))
 
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._streams

@@ -52,7 +52,7 @@ from agentstream.providers.base import (
     TurnEndPart,
     UsagePart,
 )
-from agentstream.runtime.context import RunContext, ToolCallScope, current_tool_call
+from agentstream.runtime.context import RunContext, ToolCallScope, TurnText, current_tool_call
 from agentstream.runtime.tools import Tool, ToolOutcome
 
 __all__ = [
@@ -73,28 +73,10 @@ class AgentAnswer:
     """What this run adds to its session: the user message, tool exchanges, the answer."""
 
 
-class _Text:
-    """Text streamed piece by piece, kept as UTF-8 as it comes. A piece kept as a string of its
-    own costs about 60 bytes until the turn ends, after a live run's log has packed its own
-    copy (``io.StringIO`` keeps them so on Python 3.11). ``surrogatepass``: any string comes
-    back as it went in, lone surrogates too."""
-
-    __slots__ = ("_utf8",)
-
-    def __init__(self) -> None:
-        self._utf8 = bytearray()
-
-    def append(self, piece: str) -> None:
-        self._utf8 += piece.encode("utf-8", "surrogatepass")
-
-    def __str__(self) -> str:
-        return self._utf8.decode("utf-8", "surrogatepass")
-
-
 @dataclass(slots=True)
 class _Turn:
-    text: _Text = field(default_factory=_Text)
-    reasoning: _Text = field(default_factory=_Text)
+    text: TurnText
+    reasoning: TurnText
     calls: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     """Tool calls in the order started: name and argument pieces by call id."""
     reasoning_pending: bool = False
@@ -294,7 +276,7 @@ async def _model_turn(
 ) -> _Turn:
     """Stream one turn, forwarding deltas live, the first text delta with ``separator``. On
     cancel, closing the iterator closes the provider's stream."""
-    turn = _Turn()
+    turn = _Turn(ctx.turn_text(TextDelta), ctx.turn_text(ReasoningDelta))
     with telemetry.model_call(model.name) as call:
         async with aclosing(model.stream(request)) as parts:
             answering = False

@@ -10,11 +10,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Emitted, RunFailed, Usage
+from agentstream.events import BaseEvent, Emitted, ReasoningDelta, RunFailed, TextDelta, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -24,12 +24,14 @@ __all__ = [
     "RunContext",
     "RunSink",
     "ToolCallScope",
+    "TurnText",
     "current_tool_call",
 ]
 
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseEvent)
+Token = TextDelta | ReasoningDelta
 
 EventSink = Callable[[Sequence[BaseEvent]], Awaitable[None]]
 """Takes a run's events once stamped, in seq order: those that came at once together (a
@@ -53,6 +55,48 @@ class RunSink:
                 await self.store.append_events(*persisted)
         for event in events:
             self.log.append(event)
+
+
+class TurnText(Protocol):
+    """Where a turn keeps the text of the tokens of one kind it streams: each piece as it
+    is emitted, all of it at the turn's end (``str``)."""
+
+    def append(self, piece: str) -> None: ...
+
+    def __str__(self) -> str: ...
+
+
+class _Buffered:
+    """Text kept piece by piece, as UTF-8 (a piece kept as a string of its own costs about
+    60 bytes until the turn ends; ``io.StringIO`` keeps them so on Python 3.11).
+    ``surrogatepass``: any string comes back as it went in, lone surrogates too."""
+
+    __slots__ = ("_utf8",)
+
+    def __init__(self) -> None:
+        self._utf8 = bytearray()
+
+    def append(self, piece: str) -> None:
+        self._utf8 += piece.encode("utf-8", "surrogatepass")
+
+    def __str__(self) -> str:
+        return self._utf8.decode("utf-8", "surrogatepass")
+
+
+class _Logged:
+    """Text the run's own log keeps already, for its viewers: read back from there at the
+    turn's end, not kept twice (after the log's copy, a live stream's largest part)."""
+
+    __slots__ = ("_after", "_kind", "_log", "_run_id")
+
+    def __init__(self, log: RunLog, run_id: str, kind: type[Token], after: int) -> None:
+        self._log, self._run_id, self._kind, self._after = log, run_id, kind, after
+
+    def append(self, piece: str) -> None:
+        """Kept by the log as it was emitted."""
+
+    def __str__(self) -> str:
+        return self._log.text(self._run_id, self._kind, after=self._after)
 
 
 class RunContext:
@@ -97,6 +141,14 @@ class RunContext:
         priced = self.pricing.priced(usage) if self.pricing else usage
         self.usage += priced
         return priced
+
+    def turn_text(self, kind: type[Token]) -> TurnText:
+        """Where a model turn keeps the text of the ``kind`` tokens it emits from now on
+        (one turn at a time emits them): read back from the run's own log, or kept in a
+        buffer where the events go to another sink."""
+        if self._log is None:
+            return _Buffered()
+        return _Logged(self._log, self.run_id, kind, after=self._seq)
 
     def stamp(self, kind: type[E], /, **fields: Any) -> E:
         """The next event of this run: its seq and time."""
