@@ -99,11 +99,19 @@ class _Deltas:
     def extend(self, tokens: list[_Token]) -> None:
         self.times.extend([token.ts for token in tokens])
         deltas = [token.delta for token in tokens]
-        lengths = list(map(len, deltas))
-        if self.lengths.typecode == "B" and max(lengths) > 255:
-            self.lengths = array("I", self.lengths)
-        self.lengths.extend(lengths)
+        self._keep_lengths(list(map(len, deltas)))
         self.text += "".join(deltas)
+
+    def _keep_lengths(self, lengths: list[int]) -> None:
+        """A byte each while they fit, by ``frombytes``: ``array("B").extend`` parses each
+        number as a C function's argument, a thousand instructions a token."""
+        if self.lengths.typecode == "B":
+            try:
+                self.lengths.frombytes(bytes(lengths))
+                return
+            except ValueError:  # 256 or more
+                self.lengths = array("I", self.lengths)
+        self.lengths.extend(lengths)
 
     def __len__(self) -> int:
         return len(self.times)
