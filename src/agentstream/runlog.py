@@ -190,10 +190,13 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
+        """Keep the event and wake the viewers (``notify``, written out: once a token)."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
+        for subscriber in self.subscribers:
+            subscriber.wake()
 
     def pack_read(self) -> None:
         """Pack the events that every viewer has read (all but the newest ``RECENT`` once
@@ -292,11 +295,9 @@ class LogSubscription:
         """
         stream = self._stream
         while self.read >= stream.count and not stream.closed:
+            # Left in place once done: ``wake`` passes a done one over.
             self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._waiter
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch
@@ -333,12 +334,11 @@ class RunLog:
             self.mirror.open(stream_id, after=after)
 
     def append(self, event: BaseEvent) -> None:
-        """Add an event to its run's stream (open)."""
-        stream = self._streams[event.run_id]
-        stream.append(cast(Event, event))  # the runtime makes only the union's events
-        stream.notify()
+        """Add an event to its run's stream (open). The runtime makes only the union's
+        events (``Event``): not checked, nor ``cast``, a call of its own once a token."""
+        self._streams[event.run_id].append(event)  # type: ignore[arg-type]
         if self.mirror is not None:
-            self.mirror.append(cast(Event, event))
+            self.mirror.append(event)  # type: ignore[arg-type]
 
     def close(self, stream_id: str) -> None:
         """The stream ended: subscribers drain and stop; the log is dropped after retention."""
