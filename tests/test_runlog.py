@@ -172,7 +172,8 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
     that reads along (now and then: each step's last flag) while the events under its
     cursor are packed, whatever a pack may hold (``most``: small, so packs fill up), and
     however far behind a viewer holds the packing up (``behind``).
-    The text of the tokens of each kind read back (``RunLog.text``) is their deltas joined.
+    The first so many tokens of each kind read back as text (``RunLog.text``), as the viewer
+    reads along, are their deltas joined.
     ``runs``: events of one kind, step and block, so many times in a row."""
     script = [
         (kind, step_, block, reads)
@@ -191,31 +192,28 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
         read_along: list[Event] = []
         for event, (*_, reads_now) in zip(appended, script, strict=True):
             log.append(event)
-            if reads_now and event.seq > after:
-                read_along += await along.next_batch()
+            if reads_now:
+                check_texts(log, appended[: event.seq - base], max(after, base))
+                if event.seq > after:
+                    read_along += await along.next_batch()
         log.close("r")
         read_along += await along.next_batch()
+        check_texts(log, appended, max(after, base))
         joined = log.subscribe("r", after=after)
         return read_along, await joined.next_batch(), await joined.next_batch()
 
     expected = [e for e in appended if e.seq > after]
     with patch.object(_Deltas, "MOST", most), patch.object(_Stream, "BEHIND", behind):
         assert asyncio.run(replayed()) == (expected, expected, [])
-        texts = asyncio.run(texts_after(appended, base, after))
-    assert texts == tuple(
-        "".join(e.delta for e in expected if type(e) is kind)
-        for kind in (TextDelta, ReasoningDelta)
-    )
 
 
-async def texts_after(appended: list[Event], base: int, after: int) -> tuple[str, str]:
-    """What ``RunLog.text`` reads back of the text and reasoning tokens after ``after``."""
-    log = RunLog()
-    log.open("r", after=base)
-    for event in appended:
-        log.append(event)
-    after = max(after, base)
-    return log.text("r", TextDelta, after=after), log.text("r", ReasoningDelta, after=after)
+def check_texts(log: RunLog, appended: list[Event], after: int) -> None:
+    """``RunLog.text`` reads back the first so many text or reasoning tokens after
+    ``after``, all of them or half: their deltas joined."""
+    for kind in (TextDelta, ReasoningDelta):
+        deltas = [e.delta for e in appended if type(e) is kind and e.seq > after]
+        for count in (len(deltas), len(deltas) // 2):
+            assert log.text("r", kind, after=after, count=count) == "".join(deltas[:count])
 
 
 async def test_a_viewer_that_keeps_up_reads_a_burst_as_it_was_appended() -> None:
@@ -288,14 +286,20 @@ class _Kept:
         self.events.extend(events)
 
 
-async def _answer(model: object, store: _Kept, log: RunLog | None = None) -> str:
+async def _answer(
+    model: object, store: _Kept, log: RunLog | None = None, *, sink: bool = False
+) -> str:
     """The answer of a run of one agent on ``model``, live in ``log`` (one of its own, which
-    nobody reads, if none is given)."""
+    nobody reads, if none is given); with ``sink``, the run's events go to ``store`` whole
+    instead, as an agent block's go to its workflow."""
     if log is None:
         log = RunLog()
         log.open("r")
     agent = AgentSpec(id="a")
-    ctx = RunContext("r", log=log, store=store)  # type: ignore[arg-type]
+    if sink:
+        ctx = RunContext("r", sink=lambda events: store.append_events(*events))  # type: ignore[arg-type]
+    else:
+        ctx = RunContext("r", log=log, store=store)  # type: ignore[arg-type]
     state = AgentState.begin(agent, [], "go")
     answer = await run_agent(ctx, agent, model, [], state=state, reasoning=True)  # type: ignore[arg-type]
     return answer.content
@@ -367,15 +371,17 @@ async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_hav
     assert answer == "".join(f" w{i:05}" for i in range(250))
 
 
+@pytest.mark.parametrize("sink", [False, True], ids=["read back from the log", "kept by the turn"])
 @given(
     st.lists(st.tuples(st.booleans(), st.text(st.characters(exclude_categories=()))), max_size=12)
 )
 async def test_a_turns_text_and_reasoning_are_their_pieces_joined_whatever_they_hold(
-    pieces: list[tuple[bool, str]],
+    sink: bool, pieces: list[tuple[bool, str]]
 ) -> None:
-    """The turn keeps its text as UTF-8: any string (a lone surrogate, or half of a pair in
-    one piece and the other half in the next) comes back as it went in. The reasoning is
-    settled at the first text after it: what came until then."""
+    """Any string (a lone surrogate, or half of a pair in one piece and the other half in
+    the next) comes back as it went in, whether the turn's text is read back from the run's
+    log or kept by the turn (as UTF-8) where the events go to another sink. The reasoning is
+    settled at the first text after it: what came until then, not the reasoning after."""
 
     class Pieces:
         name = "pieces"
@@ -386,7 +392,7 @@ async def test_a_turns_text_and_reasoning_are_their_pieces_joined_whatever_they_
             yield TurnEndPart("end_turn")
 
     store = _Kept()
-    answer = await _answer(Pieces(), store)
+    answer = await _answer(Pieces(), store, sink=sink)
     assert answer == "".join(piece for reasoning, piece in pieces if not reasoning)
     thinking = [reasoning for reasoning, _ in pieces]
     first = thinking.index(True) if True in thinking else len(pieces)

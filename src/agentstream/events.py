@@ -48,6 +48,7 @@ __all__ = [
     "Text",
     "TextDelta",
     "TextRetracted",
+    "Token",
     "ToolCall",
     "ToolResult",
     "Usage",
@@ -183,6 +184,9 @@ class TextDelta(_StepScoped):
 
 STEP_SEPARATOR = "\n\n"
 """Between two steps' text where all of a run's text is shown, so words do not glue."""
+
+Token = TextDelta | ReasoningDelta
+"""A live piece of a turn's text or reasoning: forwarded, never stored."""
 
 
 @event

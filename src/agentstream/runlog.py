@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from itertools import groupby
 from typing import Protocol, cast
 
-from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta
+from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token
 
 __all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription"]
 
@@ -67,9 +67,6 @@ class Mirror(Protocol):
         ...
 
 
-_Token = TextDelta | ReasoningDelta
-
-
 class _Deltas:
     """Consecutive tokens of one kind, block and step, packed: their times and lengths, and
     their texts joined. A live run keeps every token for a viewer that joins late: as
@@ -81,7 +78,7 @@ class _Deltas:
     """A pack takes more tokens while it holds fewer than this (it may end a few past it):
     its text is copied each time it grows."""
 
-    def __init__(self, tokens: list[_Token]) -> None:
+    def __init__(self, tokens: list[Token]) -> None:
         first = tokens[0]
         self.kind = type(first)
         self.run_id, self.block_id, self.step = first.run_id, first.block_id, first.step
@@ -96,7 +93,7 @@ class _Deltas:
         """``event`` (the next after this pack's last) belongs in it."""
         return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
 
-    def extend(self, tokens: list[_Token]) -> None:
+    def extend(self, tokens: list[Token]) -> None:
         self.times.extend([token.ts for token in tokens])
         deltas = [token.delta for token in tokens]
         self._keep_lengths(list(map(len, deltas)))
@@ -134,9 +131,9 @@ class _Deltas:
             )
         return events
 
-    def joined(self, start: int) -> str:
-        """The deltas of the tokens from the ``start``-th, joined."""
-        return self.text[self._offset(start) :]
+    def joined(self, start: int, end: int) -> str:
+        """The deltas of the ``start``-th to the ``end``-th token (not included), joined."""
+        return self.text[self._offset(start) : self._offset(end)]
 
     def _offset(self, start: int) -> int:
         """Where the ``start``-th token's delta begins in ``text``."""
@@ -190,7 +187,8 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
-        """Keep the event and wake the viewers (``notify``, written out: once a token)."""
+        """Keep the event and wake the viewers (``notify``'s loop, written out: one call
+        fewer a token)."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
@@ -220,10 +218,10 @@ class _Stream:
         last = self.packed[-1] if self.packed else None
         self.held += len(events)
         if isinstance(last, _Deltas) and last.goes_on_with(events[0]):
-            last.extend(cast(list[_Token], events))
+            last.extend(cast(list[Token], events))
             self.ends[-1] = self.held
         else:
-            self.packed.append(_Deltas(cast(list[_Token], events)) if events[1:] else events[0])
+            self.packed.append(_Deltas(cast(list[Token], events)) if events[1:] else events[0])
             self.ends.append(self.held)
 
     def since(self, index: int) -> list[Event]:
@@ -239,18 +237,21 @@ class _Stream:
                 events.append(entry)
         return events + self.recent
 
-    def text(self, kind: type[_Token], index: int) -> str:
-        """The deltas of the ``kind`` tokens from the ``index``-th event on, joined, read
-        from the packs without making the events again."""
+    def text(self, kind: type[Token], index: int, count: int) -> str:
+        """The deltas of the first ``count`` ``kind`` tokens from the ``index``-th event on,
+        joined, read from the packs without making the events again."""
         pieces: list[str] = []
         for entry, start in self._packed_from(index):
             if isinstance(entry, _Deltas):
-                if entry.kind is kind:
-                    pieces.append(entry.joined(start))
-            elif type(entry) is kind:
+                if entry.kind is kind and count:
+                    taken = min(count, len(entry) - start)
+                    pieces.append(entry.joined(start, start + taken))
+                    count -= taken
+            elif type(entry) is kind and count:
                 pieces.append(entry.delta)
+                count -= 1
         recent = self.recent[max(index - self.held, 0) :]
-        pieces += [event.delta for event in recent if type(event) is kind]
+        pieces += [event.delta for event in recent if type(event) is kind][:count]
         return "".join(pieces)
 
     def _packed_from(self, index: int) -> Iterator[tuple[Event | _Deltas, int]]:
@@ -275,8 +276,9 @@ class LogSubscription:
         """Events read so far, from the stream's first; past its end for a viewer that has
         seen more than the stream holds yet (it waits for the rest)."""
         self._waiter: asyncio.Future[None] | None = None
-        """What ``next_batch`` awaits while there is nothing new: a bare future, not an
-        ``asyncio.Event``, which is heavier to keep and to set, once per token."""
+        """What ``next_batch`` awaits while there is nothing new (left in place once done):
+        a bare future, not an ``asyncio.Event``, which is heavier to keep and to set, once
+        per token."""
         self.starts_after = stream.base
         """Events up to this seq are not in the log (a continued run's earlier part)."""
         self.head = stream.last_seq
@@ -334,8 +336,8 @@ class RunLog:
             self.mirror.open(stream_id, after=after)
 
     def append(self, event: BaseEvent) -> None:
-        """Add an event to its run's stream (open). The runtime makes only the union's
-        events (``Event``): not checked, nor ``cast``, a call of its own once a token."""
+        """Add an event to its run's stream (open). Takes ``Event``s only (the runtime
+        makes no others): not ``cast`` to one, which is a call a token."""
         self._streams[event.run_id].append(event)  # type: ignore[arg-type]
         if self.mirror is not None:
             self.mirror.append(event)  # type: ignore[arg-type]
@@ -360,11 +362,12 @@ class RunLog:
         if self.mirror is not None:
             await self.mirror.sync()
 
-    def text(self, stream_id: str, kind: type[_Token], *, after: int) -> str:
-        """The deltas of a stream's ``kind`` tokens with ``seq > after``, joined: what a
-        turn streamed, which the log keeps anyway (while the stream is open)."""
+    def text(self, stream_id: str, kind: type[Token], *, after: int, count: int) -> str:
+        """The deltas of the first ``count`` of a stream's ``kind`` tokens with ``seq >
+        after``, joined: what a turn streamed, which the log keeps anyway (while the
+        stream is open)."""
         stream = self._streams[stream_id]
-        return stream.text(kind, max(after - stream.base, 0))
+        return stream.text(kind, max(after - stream.base, 0), count)
 
     def __contains__(self, stream_id: object) -> bool:
         return stream_id in self._streams

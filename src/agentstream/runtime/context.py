@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Emitted, ReasoningDelta, RunFailed, TextDelta, Usage
+from agentstream.events import BaseEvent, Emitted, RunFailed, Token, Usage
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -31,7 +31,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseEvent)
-Token = TextDelta | ReasoningDelta
 
 EventSink = Callable[[Sequence[BaseEvent]], Awaitable[None]]
 """Takes a run's events once stamped, in seq order: those that came at once together (a
@@ -58,8 +57,8 @@ class RunSink:
 
 
 class TurnText(Protocol):
-    """Where a turn keeps the text of the tokens of one kind it streams: each piece as it
-    is emitted, all of it at the turn's end (``str``)."""
+    """Where a turn keeps the text of its tokens of one kind: each piece as it is emitted
+    (``append``); ``str``, the pieces so far, joined."""
 
     def append(self, piece: str) -> None: ...
 
@@ -84,19 +83,22 @@ class _Buffered:
 
 
 class _Logged:
-    """Text the run's own log keeps already, for its viewers: read back from there at the
-    turn's end, not kept twice (after the log's copy, a live stream's largest part)."""
+    """Text the run's own log keeps already, for its viewers: the pieces are counted, and
+    read back from there, not kept twice (after the log's copy, a live stream's largest
+    part)."""
 
-    __slots__ = ("_after", "_kind", "_log", "_run_id")
+    __slots__ = ("_after", "_count", "_kind", "_log", "_run_id")
 
     def __init__(self, log: RunLog, run_id: str, kind: type[Token], after: int) -> None:
         self._log, self._run_id, self._kind, self._after = log, run_id, kind, after
+        self._count = 0
 
     def append(self, piece: str) -> None:
-        """Kept by the log as it was emitted."""
+        """Kept by the log as it was emitted: the ``kind`` token after the last one."""
+        self._count += 1
 
     def __str__(self) -> str:
-        return self._log.text(self._run_id, self._kind, after=self._after)
+        return self._log.text(self._run_id, self._kind, after=self._after, count=self._count)
 
 
 class RunContext:
@@ -143,9 +145,9 @@ class RunContext:
         return priced
 
     def turn_text(self, kind: type[Token]) -> TurnText:
-        """Where a model turn keeps the text of the ``kind`` tokens it emits from now on
-        (one turn at a time emits them): read back from the run's own log, or kept in a
-        buffer where the events go to another sink."""
+        """Where a model turn keeps the text of the ``kind`` tokens it emits from now on,
+        each appended once emitted (one turn at a time emits them): read back from the
+        run's own log, or kept in a buffer where the events go to another sink."""
         if self._log is None:
             return _Buffered()
         return _Logged(self._log, self.run_id, kind, after=self._seq)

@@ -278,7 +278,7 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     """The SSE text of the frames the events become: one ``data:`` line each, after an
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only). A loop, not a
     comprehension of two ``for``s: a token's frame in 0.91 µs, not 1.10 (``timeit``)."""
-    frames = []
+    frames: list[str] = []
     for event in events:
         for data in render(event):
             text = data if type(data) is JSONText else to_json(data)
