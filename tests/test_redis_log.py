@@ -4,13 +4,14 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator
 
 import anyio
 import anyio.lowlevel
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from agentstream.cluster import redis_log
 from agentstream.cluster.redis_log import Entry, RedisLog
@@ -187,3 +188,31 @@ async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
         ]
         entries: list[Entry] = await redis.xrange(writer.key("run_x"))  # type: ignore[assignment]
         assert [entry_id for entry_id, _ in entries] == [b"0-1"], "opened, not ended"
+
+
+async def test_viewers_that_arrive_at_once_wait_for_a_followers_connection_not_for_a_refusal(
+    redis_url: str,
+) -> None:
+    """Each viewer finds the stream on the followers' client, which queues for a connection:
+    on the writes' client (redis-py pools 100, and refuses the next), more viewers arriving
+    at once than it pools were refused, and followed the run from the store alone."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writes = Redis.from_url(redis_url, max_connections=1)
+    followers = Redis.from_pool(BlockingConnectionPool.from_url(redis_url, max_connections=2))
+    log = RedisLog(writes, prefix=prefix, retention=60, max_events=100, followers=followers)
+    try:
+        log.open("run_x", after=0)
+        log.append(step(1))
+        await log.flush()
+        # The writes' one connection, taken: a viewer that needs one of them is refused.
+        taken = await writes.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as viewers:
+                    for _ in range(20):
+                        viewers.start_soon(functools.partial(log.subscribe, "run_x", after=0))
+        finally:
+            await writes.connection_pool.release(taken)
+    finally:
+        await followers.aclose()
+        await writes.aclose()

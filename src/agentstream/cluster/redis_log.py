@@ -126,8 +126,10 @@ class RedisLog:
         max_events: int,
         followers: Redis | None = None,
     ) -> None:
-        """``followers``: the client whose connections viewers block on (``XREAD``), so
-        that many of them never take the connections writes need; default ``redis``."""
+        """``followers``: the client whose connections viewers use (to find a stream, then
+        to block on ``XREAD``), so that many of them never take the connections writes
+        need, nor are refused one when more arrive at once than ``redis`` pools; default
+        ``redis``."""
         self._redis = redis
         self._followers = followers or redis
         self._prefix = prefix
@@ -235,7 +237,7 @@ class RedisLog:
         """Follow a run from the first event with ``seq > after``; None if Redis has no
         stream of it (it never ran in cluster mode, or ended longer ago than retention)."""
         key = self.key(run_id)
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._followers.pipeline(transaction=False)
         pipe.xrange(key, count=1)
         pipe.xrevrange(key, count=1)
         first: list[Entry]
@@ -342,6 +344,9 @@ class RedisSubscription:
         self._done = True
 
 
+_WRITERS: dict[type[Event], Callable[[Event], bytes]] = {}
+
+
 def _to_json(event: Event) -> bytes:
     """An event's JSON, as ``EventAdapter`` reads it back, by the writer of its kind, made
     from the kind's own schema the first time: a token's in 1.0 µs, where
@@ -351,9 +356,6 @@ def _to_json(event: Event) -> bytes:
     if (write := _WRITERS.get(kind)) is None:
         write = _WRITERS[kind] = TypeAdapter(kind).dump_json
     return write(event)
-
-
-_WRITERS: dict[type[Event], Callable[[Event], bytes]] = {}
 
 
 def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
