@@ -52,7 +52,7 @@ async def measure(events: int) -> list[tuple[str, float]]:
                 new_session=True,
                 input="x",
                 reasoning_requested=False,
-                first_event=started,
+                first_events=(started,),
                 owner="bench",
             )
             return await _layers(store, path, events)
