@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.loopback import BENCH_ROOT
 from bench.paced_cpu import VARIANTS, paced
-from bench.revisions import checkout
+from bench.revisions import checked_out
 from bench.tables import text_table
 
 STREAMS = 20
@@ -76,7 +76,9 @@ def per_frame(variant: str, source: Path, streams: int, rate: float, window: flo
 def counted(source: Path, module: str, *args: str) -> tuple[int, str]:
     """``python -m module *args`` under callgrind, agentstream imported from ``source``,
     counting off until the process turns it on (``counting``): the instructions counted,
-    and what it printed."""
+    and what it printed. Exits with a readable line without valgrind."""
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as scratch:
         counts = Path(scratch) / "callgrind.out"
         env = os.environ | {
@@ -113,17 +115,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=RATE)
     parser.add_argument("--window", type=float, default=WINDOW)
     options = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
     load = (options.streams, options.rate, options.window)
     tree = BENCH_ROOT
     rows: list[tuple[str, float]] = [("baseline", per_frame("baseline", tree, *load))]
     rows.append(("agentstream (working tree)", per_frame("agentstream", tree, *load)))
     for revision in options.revisions:
-        with tempfile.TemporaryDirectory() as source:
-            checkout(revision, Path(source))
-            count = per_frame("agentstream", Path(source), *load)
-        rows.append((f"agentstream ({revision})", count))
+        with checked_out(revision) as source:
+            rows.append((f"agentstream ({revision})", per_frame("agentstream", source, *load)))
     for variant in VARIANTS[2:]:
         rows.append((f"{variant} (working tree)", per_frame(variant, tree, *load)))
     title = (

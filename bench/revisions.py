@@ -22,8 +22,9 @@ import statistics
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bench.loopback import Server, cpu_seconds, post_stream, server_process
@@ -35,12 +36,15 @@ SHORT_RUNS = 100
 PATH = "/api/agents/demo/run/stream"
 
 
-def checkout(revision: str, folder: Path) -> None:
+@contextmanager
+def checked_out(revision: str) -> Iterator[Path]:
+    """A folder holding ``revision``'s ``src`` (``git archive``), for the block."""
     archive = subprocess.run(
         ["git", "archive", "--format=tar", revision, "src"], check=True, capture_output=True
     ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+    with tempfile.TemporaryDirectory() as folder, tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
+        yield Path(folder)
 
 
 def compare(
@@ -49,12 +53,11 @@ def compare(
     request = f'{{"message": "Write {tokens} words", "reasoning": false}}'.encode()
     runs = 1 if tokens >= 1000 else SHORT_RUNS
     with (
-        tempfile.TemporaryDirectory() as source,
+        checked_out(revision) as source,
         tempfile.TemporaryDirectory() as before_data,
         tempfile.TemporaryDirectory() as after_data,
         ExitStack() as databases,
     ):
-        checkout(revision, Path(source))
 
         def store() -> dict[str, str]:
             if not postgresql:
@@ -62,7 +65,7 @@ def compare(
             return {"AGENTSTREAM_DATABASE_URL": databases.enter_context(postgres_database())}
 
         with (
-            server_process("agentstream", before_data, env=store(), source=Path(source)) as before,
+            server_process("agentstream", before_data, env=store(), source=source) as before,
             server_process("agentstream", after_data, env=store()) as after,
             ThreadPoolExecutor(clients) as senders,
         ):

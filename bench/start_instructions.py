@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 from bench.instructions import counted, counting, counts_table
 from bench.loopback import BENCH_ROOT
 from bench.paced_cpu import request
-from bench.revisions import checkout
+from bench.revisions import checked_out
 
 STARTS = 200
 WARM_UP = 40
@@ -84,13 +83,10 @@ def main() -> None:
     parser.add_argument("revisions", nargs="*", metavar="REV")
     parser.add_argument("--starts", type=int, default=STARTS)
     options = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
     rows = [("working tree", per_start(BENCH_ROOT, options.starts))]
     for revision in options.revisions:
-        with tempfile.TemporaryDirectory() as source:
-            checkout(revision, Path(source))
-            rows.append((revision, per_start(Path(source), options.starts)))
+        with checked_out(revision) as source:
+            rows.append((revision, per_start(source, options.starts)))
     title = f"Instructions per run start, {options.starts} counted"
     print(counts_table(title, ("agentstream", "instructions", "to the working tree"), rows))
 

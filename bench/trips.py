@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.loopback import BENCH_ROOT
 from bench.paced_cpu import request
-from bench.revisions import checkout
+from bench.revisions import checked_out
 from bench.tables import text_table
 
 WARM_UP = 20
@@ -85,9 +85,8 @@ def main() -> None:
         return
     columns: list[tuple[str, list[tuple[int, str]]]] = [("working tree", trips(BENCH_ROOT))]
     for revision in sys.argv[1:]:
-        with tempfile.TemporaryDirectory() as source:
-            checkout(revision, Path(source))
-            columns.append((revision, trips(Path(source))))
+        with checked_out(revision) as source:
+            columns.append((revision, trips(source)))
     print("Event loop iterations from a one-token run's request to each piece of its body")
     for name, pieces in columns:
         print(f"\n{name}")
