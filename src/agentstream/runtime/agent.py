@@ -284,18 +284,23 @@ async def _model_turn(
                 if not answering:  # once per call: the time to its first token
                     answering = True
                     call.first_part()
-                match part:  # the most frequent first
-                    case TextPart(delta):
-                        if turn.reasoning_pending:
-                            await _settle_reasoning(ctx, step, turn)
-                        await ctx.emit(TextDelta, step=step, delta=delta, separator=separator)
-                        separator = ""  # before the step's first piece only
-                        turn.text.append(delta)
-                    case ReasoningPart(delta):
-                        if not turn.reasoning_emitted:  # kept for the turn's one Reasoning
-                            turn.reasoning.append(delta)
-                            turn.reasoning_pending = True
-                        await ctx.emit(ReasoningDelta, step=step, delta=delta)
+                # Tokens by their type: a ``match`` makes a set and a list for each class
+                # pattern it tries (Python 3.11), 3% of a token's instructions.
+                kind = type(part)
+                if kind is TextPart:
+                    if turn.reasoning_pending:
+                        await _settle_reasoning(ctx, step, turn)
+                    await ctx.emit(TextDelta, step=step, delta=part.delta, separator=separator)
+                    separator = ""  # before the step's first piece only
+                    turn.text.append(part.delta)
+                    continue
+                if kind is ReasoningPart:
+                    if not turn.reasoning_emitted:  # kept for the turn's one Reasoning
+                        turn.reasoning.append(part.delta)
+                        turn.reasoning_pending = True
+                    await ctx.emit(ReasoningDelta, step=step, delta=part.delta)
+                    continue
+                match part:
                     case ToolCallStartPart(call_id, name):
                         if turn.reasoning_pending:
                             await _settle_reasoning(ctx, step, turn)
