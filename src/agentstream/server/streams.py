@@ -247,10 +247,11 @@ def _chunks(
 
     async def next_chunk() -> bytes | None:
         nonlocal pending_trailer, over
-        while not over and (batch := await subscription.next_batch()):
-            events, over = _through_end(batch, ends)
-            if over:
-                pending_trailer = trailer
+        while not over and (events := await subscription.next_batch()):
+            if ends is not None:
+                events, over = _through_end(events, ends)
+                if over:
+                    pending_trailer = trailer
             if chunk := encode_events(events, render, ids=ids):
                 return chunk
         subscription.close()
