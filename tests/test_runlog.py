@@ -7,7 +7,7 @@ import gc
 import tracemalloc
 import weakref
 from collections.abc import AsyncGenerator
-from unittest.mock import patch
+from unittest.mock import ANY, patch
 
 import anyio
 import anyio.lowlevel
@@ -400,3 +400,36 @@ async def test_a_turns_text_and_reasoning_are_their_pieces_joined_whatever_they_
     thought = "".join(piece for reasoning, piece in pieces[:settled] if reasoning)
     expected = [thought] if True in thinking else []
     assert [event.text for event in store.events if type(event) is Reasoning] == expected
+
+
+async def test_a_token_is_emitted_at_once_unless_an_event_ahead_of_it_is_still_on_its_way() -> None:
+    """A token of the run's own goes into the log at once, with nothing to await; while a
+    persisted event is still being written, the token waits for it and comes after it, its
+    fields as given."""
+    written = asyncio.Event()
+
+    class Slow(_Kept):
+        async def append_events(self, *events: Event) -> None:
+            await written.wait()
+            await super().append_events(*events)
+
+    log = RunLog()
+    log.open("r")
+    subscription = log.subscribe("r")
+    ctx = RunContext("r", log=log, store=Slow())  # type: ignore[arg-type]
+    assert ctx.emit_token(TextDelta, 1, "at once") is None
+    assert [(e.seq, e.delta) for e in await subscription.next_batch()] == [(1, "at once")]  # type: ignore[union-attr]
+
+    stepping = asyncio.create_task(ctx.emit(StepStarted, step=2))
+    await asyncio.sleep(0)  # its write is under way
+    waiting = ctx.emit_token(TextDelta, 2, "after", STEP_SEPARATOR)
+    assert waiting is not None
+    thinking = ctx.emit_token(ReasoningDelta, 2, "hmm")
+    assert thinking is not None
+    written.set()
+    await asyncio.gather(stepping, waiting, thinking)
+    assert await subscription.next_batch() == [
+        StepStarted(run_id="r", seq=2, ts=ANY, step=2),
+        TextDelta(run_id="r", seq=3, ts=ANY, step=2, delta="after", separator=STEP_SEPARATOR),
+        ReasoningDelta(run_id="r", seq=4, ts=ANY, step=2, delta="hmm"),
+    ]

@@ -286,19 +286,20 @@ async def _model_turn(
                     call.first_part()
                 # Tokens by their type: a ``match`` makes a set and a list for each class
                 # pattern it tries (Python 3.11), 3% of a token's instructions.
-                kind = type(part)
-                if kind is TextPart:
+                if type(part) is TextPart:
                     if turn.reasoning_pending:
                         await _settle_reasoning(ctx, step, turn)
-                    await ctx.emit(TextDelta, step=step, delta=part.delta, separator=separator)
+                    if waiting := ctx.emit_token(TextDelta, step, part.delta, separator):
+                        await waiting
                     separator = ""  # before the step's first piece only
                     turn.text.append(part.delta)
                     continue
-                if kind is ReasoningPart:
+                if type(part) is ReasoningPart:
                     if not turn.reasoning_emitted:  # kept for the turn's one Reasoning
                         turn.reasoning.append(part.delta)
                         turn.reasoning_pending = True
-                    await ctx.emit(ReasoningDelta, step=step, delta=part.delta)
+                    if waiting := ctx.emit_token(ReasoningDelta, step, part.delta):
+                        await waiting
                     continue
                 match part:
                     case ToolCallStartPart(call_id, name):

@@ -247,7 +247,8 @@ def _chunks(
 
     async def next_chunk() -> bytes | None:
         nonlocal pending_trailer, over
-        while not over and (events := await subscription.next_batch()):
+        while not over and (batch := await subscription.next_batch()):
+            events: Sequence[Event] = batch
             if ends is not None:
                 events, over = _through_end(events, ends)
                 if over:
