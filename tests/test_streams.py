@@ -229,18 +229,28 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
     """``StreamsOutside`` sends the body to the server's own ``send``: a live stream keeps
     none of the middleware's coroutines, nor what they put in the scope, alive, and its
     frames skip their ``send``; the body still runs in the request's context."""
-    chunks = [b"data: 1\n\n", b"data: 2\n\n"]
     ended: list[str] = []
     seen: list[str] = []
 
-    async def next_chunk() -> bytes | None:
-        seen.append(f"next chunk for request {REQUEST.get()}")
-        return chunks.pop(0) if chunks else None
+    class Chunks:
+        over = False
+
+        def __init__(self) -> None:
+            self.chunks = [b"data: 2\n\n", b"data: 3\n\n"]
+
+        async def next_batch(self) -> bytes:
+            seen.append(f"next batch for request {REQUEST.get()}")
+            return self.chunks.pop(0)
+
+        def encode(self, batch: bytes) -> bytes:
+            self.over = not self.chunks
+            return batch
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await EventStreamResponse(next_chunk, keepalive=5, on_end=lambda: ended.append("end"))(
-            scope, receive, send
+        response = EventStreamResponse(
+            Chunks(), first=b"data: 1\n\n", keepalive=5, on_end=lambda: ended.append("end")
         )
+        await response(scope, receive, send)
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         scope["fastapi_astack"] = "what the stack keeps for the request"
@@ -266,11 +276,11 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         "middleware saw http.response.start",
         "sent http.response.start b''",
         "middleware returned",
-        "next chunk for request r1",
         "sent http.response.body b'data: 1\\n\\n'",
-        "next chunk for request r1",
+        "next batch for request r1",
         "sent http.response.body b'data: 2\\n\\n'",
-        "next chunk for request r1",
+        "next batch for request r1",
+        "sent http.response.body b'data: 3\\n\\n'",
         "sent http.response.body b''",
     ]
     assert ended == ["end"]
@@ -283,13 +293,10 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
     done."""
     calls: list[str] = []
 
-    async def next_chunk() -> bytes | None:
-        calls.append("next chunk")
-        return None
-
     async def failing(scope: Scope, receive: Receive, send: Send) -> None:
         await EventStreamResponse(
-            next_chunk,
+            None,
+            first=b"data: 1\n\n",
             keepalive=5,
             on_disconnect=lambda: calls.append("disconnect"),
             on_end=lambda: calls.append("end"),

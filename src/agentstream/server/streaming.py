@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Context, copy_context
+from typing import Any, Protocol, TypeVar
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -19,13 +20,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentstream import sse
 from agentstream.telemetry.metrics import LIVE_STREAMS
 
-__all__ = ["SSE_HEADERS", "EventStreamResponse", "StreamsOutside"]
+__all__ = ["SSE_HEADERS", "EventStreamResponse", "Frames", "StreamsOutside"]
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
+
+B = TypeVar("B")
 
 _KEEPALIVE = sse.comment("keepalive").encode()
 
@@ -37,8 +40,21 @@ _OUTSIDE = "agentstream.streams_outside"
 each with the context it started in."""
 
 
+class Frames(Protocol[B]):
+    """A stream's frames as they come: each batch ``next_batch`` waits for, written by
+    ``encode``, until ``over``. The response awaits ``next_batch`` itself (a
+    subscription's own method): a coroutine a token fewer than a wrapper that waits, then
+    writes."""
+
+    over: bool
+
+    def next_batch(self) -> Awaitable[B]: ...
+
+    def encode(self, batch: B) -> bytes: ...
+
+
 class EventStreamResponse(Response):
-    """Send what ``next_chunk`` returns until it returns None.
+    """Send ``first``, then what ``frames`` write until they are over.
 
     Beside the stream, one task watches the client: it sends a keepalive comment once the
     stream has been silent for ``keepalive`` seconds, and on the client's disconnect it
@@ -49,14 +65,16 @@ class EventStreamResponse(Response):
 
     def __init__(
         self,
-        next_chunk: Callable[[], Awaitable[bytes | None]],
+        frames: Frames[Any] | None,
         *,
+        first: bytes = b"",
         keepalive: float,
         on_disconnect: Callable[[], object] | None = None,
         on_end: Callable[[], object] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self._next_chunk = next_chunk
+        self._frames = frames
+        self._first = first
         self._keepalive = keepalive
         self._on_disconnect = on_disconnect
         self._on_end = on_end
@@ -102,9 +120,14 @@ class EventStreamResponse(Response):
             over = False
             watcher = asyncio.create_task(self._watch(receive, send, leave))
             try:
-                while (chunk := await self._next_chunk()) is not None:
-                    self._last_sent = time.monotonic()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunk, frames = self._first, self._frames
+                while True:
+                    if chunk:
+                        self._last_sent = time.monotonic()
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if frames is None or frames.over:
+                        break
+                    chunk = frames.encode(await frames.next_batch())
             except asyncio.CancelledError:
                 if not client_left or streaming.uncancel():  # also cancelled from outside
                     raise

@@ -85,7 +85,7 @@ def stream_started(
         runs.cancel(run_id, CLIENT_CANCELLED)
 
     return EventStreamResponse(
-        _chunks(subscription, render, trailer=trailer),
+        _LiveFrames(subscription, render, trailer=trailer),
         keepalive=keepalive,
         on_disconnect=cancel,
         on_end=on_end,
@@ -181,18 +181,13 @@ async def follow(
     if live is None and ending is None:  # all there is, read at once: the stream ends here
         pending += trailer
     following = (
-        _chunks(live, render, ids=True, ends=ending, trailer=trailer) if live is not None else None
+        _LiveFrames(live, render, ids=True, ends=ending, trailer=trailer)
+        if live is not None
+        else None
     )
-
-    async def next_chunk() -> bytes | None:
-        nonlocal pending
-        if pending:
-            chunk, pending = pending, b""
-            return chunk
-        return await following() if following is not None else None
-
     return EventStreamResponse(
-        next_chunk,
+        following,
+        first=pending,
         keepalive=keepalive,
         on_disconnect=live.close if live is not None else None,
         headers=headers,
@@ -230,36 +225,45 @@ def _through_end(
     return events, False
 
 
-def _chunks(
-    subscription: Subscription,
-    render: Render,
-    *,
-    trailer: bytes = b"",
-    ids: bool = False,
-    ends: Callable[[Event], bool] | None = None,
-) -> Callable[[], Awaitable[bytes | None]]:
-    """A ``next_chunk`` for ``EventStreamResponse``; ``trailer`` goes out after the run's
-    last event, then None ends the response. ``ids`` as in ``encode_events``. With
-    ``ends``, the stream is over after the first event it holds for, and only then is
-    there a trailer."""
-    pending_trailer = trailer if ends is None else b""
-    over = False
+class _LiveFrames:
+    """A subscription's events as SSE text (``ids`` as in ``encode_events``), for an
+    ``EventStreamResponse``: ``trailer`` after the run's last event. With ``ends``, the
+    stream is over after the first event it holds for, and only then is there a
+    trailer."""
 
-    async def next_chunk() -> bytes | None:
-        nonlocal pending_trailer, over
-        while not over and (batch := await subscription.next_batch()):
-            events: Sequence[Event] = batch
-            if ends is not None:
-                events, over = _through_end(events, ends)
-                if over:
-                    pending_trailer = trailer
-            if chunk := encode_events(events, render, ids=ids):
-                return chunk
-        subscription.close()
-        chunk, pending_trailer = pending_trailer, b""
-        return chunk or None
+    def __init__(
+        self,
+        subscription: Subscription,
+        render: Render,
+        *,
+        trailer: bytes = b"",
+        ids: bool = False,
+        ends: Callable[[Event], bool] | None = None,
+    ) -> None:
+        self.next_batch = subscription.next_batch
+        self.over = False
+        self._subscription = subscription
+        self._render = render
+        self._trailer = trailer
+        self._ids = ids
+        self._ends = ends
 
-    return next_chunk
+    def encode(self, batch: list[Event]) -> bytes:
+        if not batch:  # the run's live part is over, and read
+            self._close()
+            return self._trailer if self._ends is None else b""
+        if self._ends is None:
+            return encode_events(batch, self._render, ids=self._ids)
+        events, over = _through_end(batch, self._ends)
+        chunk = encode_events(events, self._render, ids=self._ids)
+        if over:
+            self._close()
+            chunk += self._trailer
+        return chunk
+
+    def _close(self) -> None:
+        self.over = True
+        self._subscription.close()
 
 
 def native(event: Event) -> Iterable[Frame]:
