@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentstream import sse
 from agentstream.events import (
     STEP_SEPARATOR,
     ApprovalRequested,
@@ -206,3 +207,4 @@ def test_a_tokens_frame_on_the_wire_is_the_encoders_to_the_byte(
     )
     data = json.dumps(shown, separators=(",", ":"), allow_nan=False)
     assert encode_events([token], native) == f"data: {data}\n\n".encode()
+    assert encode_events([token], native, ids=True) == sse.encode(data, id=seq).encode()

@@ -22,7 +22,6 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Query
 from starlette.responses import Response
 
-from agentstream import sse
 from agentstream.events import Event, TextDelta
 from agentstream.runlog import Subscription
 from agentstream.runtime.supervisor import Supervisor
@@ -283,10 +282,12 @@ def native_replay(event: Event) -> Iterable[dict[str, Any]]:
 def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False) -> bytes:
     """The SSE text of the frames the events become: one ``data:`` line each, after an
     ``id: <seq>`` line when ``ids`` (for EventSource, on GET streams only). A loop, not a
-    comprehension of two ``for``s: a token's frame in 0.91 µs, not 1.10 (``timeit``)."""
+    comprehension of two ``for``s: a token's frame in 0.91 µs, not 1.10 (``timeit``).
+    Written here, not by ``sse.encode``: JSON text is one line (it escapes line breaks),
+    so there is nothing to split, and a call fewer a frame."""
     frames: list[str] = []
     for event in events:
         for data in render(event):
             text = data if type(data) is JSONText else to_json(data)
-            frames.append(sse.encode(text, id=event.seq) if ids else sse.encode(text))
+            frames.append(f"id: {event.seq}\ndata: {text}\n\n" if ids else f"data: {text}\n\n")
     return "".join(frames).encode()
