@@ -143,8 +143,9 @@ class _Deltas:
 def _pack_key(event: Event) -> object:
     """Tokens of one kind, block and step pack together (a text token with a separator
     does not: a pack gives every token back without one); any other event stays as it is."""
-    if type(event) is ReasoningDelta or (type(event) is TextDelta and not event.separator):
-        return (type(event), event.block_id, event.step)
+    kind = type(event)  # once: the type checker does not narrow ``event`` by it
+    if (kind is TextDelta and not event.separator) or kind is ReasoningDelta:  # type: ignore[union-attr]
+        return (kind, event.block_id, event.step)  # type: ignore[union-attr]
     return id(event)
 
 
@@ -153,7 +154,17 @@ class _Stream:
     appended, where the viewers that keep up read them; the rest packed, for a viewer that
     joins late."""
 
-    __slots__ = ("base", "closed", "count", "ends", "held", "packed", "recent", "subscribers")
+    __slots__ = (
+        "base",
+        "closed",
+        "count",
+        "ends",
+        "held",
+        "packed",
+        "recent",
+        "subscribers",
+        "waiting",
+    )
 
     RECENT = 8
     """Whenever a multiple of ``RECENT`` events is kept as they are, those every viewer has
@@ -180,6 +191,9 @@ class _Stream:
         summed."""
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
+        self.waiting: list[asyncio.Future[None]] = []
+        """What the viewers that have read every event wait on: bare futures, not an
+        ``asyncio.Event`` each, which is heavier to keep and to set, once per token."""
 
     @property
     def last_seq(self) -> int:
@@ -187,14 +201,14 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
-        """Keep the event and wake the viewers (``notify``'s loop, written out: one call
-        fewer a token)."""
+        """Keep the event and wake the viewers that wait for it: a run that yields a burst
+        of tokens at once makes no call for the viewers it has woken already."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
-        for subscriber in self.subscribers:
-            subscriber.wake()
+        if self.waiting:
+            self.wake()
 
     def pack_read(self) -> None:
         """Pack the events that every viewer has read (all but the newest ``RECENT`` once
@@ -262,9 +276,12 @@ class _Stream:
             begins = end - len(entry) if isinstance(entry, _Deltas) else end - 1
             yield entry, max(index - begins, 0)
 
-    def notify(self) -> None:
-        for subscriber in self.subscribers:
-            subscriber.wake()
+    def wake(self) -> None:
+        """There is news (new events, or the end) for the viewers that wait."""
+        for waiter in self.waiting:
+            if not waiter.done():  # else its viewer stopped waiting (cancelled)
+                waiter.set_result(None)
+        self.waiting.clear()
 
 
 class LogSubscription:
@@ -275,10 +292,6 @@ class LogSubscription:
         self.read = max(after - stream.base, 0)
         """Events read so far, from the stream's first; past its end for a viewer that has
         seen more than the stream holds yet (it waits for the rest)."""
-        self._waiter: asyncio.Future[None] | None = None
-        """What ``next_batch`` awaits while there is nothing new (left in place once done):
-        a bare future, not an ``asyncio.Event``, which is heavier to keep and to set, once
-        per token."""
         self.starts_after = stream.base
         """Events up to this seq are not in the log (a continued run's earlier part)."""
         self.head = stream.last_seq
@@ -297,17 +310,12 @@ class LogSubscription:
         """
         stream = self._stream
         while self.read >= stream.count and not stream.closed:
-            # Left in place once done: ``wake`` passes a done one over.
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
+            waiter = asyncio.get_running_loop().create_future()
+            stream.waiting.append(waiter)
+            await waiter
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch
-
-    def wake(self) -> None:
-        """There is news: new events, or the end."""
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while batch := await self.next_batch():
@@ -346,7 +354,7 @@ class RunLog:
         """The stream ended: subscribers drain and stop; the log is dropped after retention."""
         stream = self._streams[stream_id]
         stream.closed = True
-        stream.notify()
+        stream.wake()
         if self.mirror is not None:
             self.mirror.close(stream_id, last=stream.last_seq)
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
