@@ -143,9 +143,8 @@ class _Deltas:
 def _pack_key(event: Event) -> object:
     """Tokens of one kind, block and step pack together (a text token with a separator
     does not: a pack gives every token back without one); any other event stays as it is."""
-    kind = type(event)  # once: the type checker does not narrow ``event`` by it
-    if (kind is TextDelta and not event.separator) or kind is ReasoningDelta:  # type: ignore[union-attr]
-        return (kind, event.block_id, event.step)  # type: ignore[union-attr]
+    if type(event) is ReasoningDelta or (type(event) is TextDelta and not event.separator):
+        return (type(event), event.block_id, event.step)
     return id(event)
 
 
