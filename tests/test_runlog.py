@@ -97,6 +97,19 @@ async def test_cancelled_wait_loses_nothing() -> None:
     assert [e.seq for e in await subscription.next_batch()] == [1]
 
 
+async def test_a_viewer_that_stops_waiting_leaves_nothing_behind() -> None:
+    """Clients that come and go while a run is quiet (a long tool call) leave no waits
+    behind for its next event to wake."""
+    log = RunLog()
+    log.open("r")
+    for _ in range(3):
+        subscription = log.subscribe("r")
+        with anyio.move_on_after(0.001):
+            await subscription.next_batch()
+        subscription.close()
+    assert log._streams["r"].waiting == []
+
+
 async def test_closed_log_is_dropped_after_retention() -> None:
     log = RunLog(retention=0.01)
     log.open("r")

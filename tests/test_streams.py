@@ -17,11 +17,14 @@ from fastapi import Request, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from agentstream.agents import AgentSpec
+from agentstream.events import Event, TextDelta
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runtime.tools import Tool
 from agentstream.server import create_app
 from agentstream.server.streaming import EventStreamResponse, StreamsOutside
+from agentstream.server.streams import DONE, _LiveFrames, native
 from agentstream.sse import SSEDecoder
+from agentstream.views.frames import Frame
 from conftest import (
     LiveServer,
     latest_run_id,
@@ -246,6 +249,9 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
             self.over = not self.chunks
             return batch
 
+        def close(self) -> None:
+            seen.append("frames closed")
+
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         response = EventStreamResponse(
             Chunks(), first=b"data: 1\n\n", keepalive=5, on_end=lambda: ended.append("end")
@@ -282,6 +288,7 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
         "next batch for request r1",
         "sent http.response.body b'data: 3\\n\\n'",
         "sent http.response.body b''",
+        "frames closed",
     ]
     assert ended == ["end"]
     assert servers_scope == {"type": "http"}, "the connection keeps none of it"
@@ -293,9 +300,22 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
     done."""
     calls: list[str] = []
 
+    class Frames:
+        over = False
+
+        async def next_batch(self) -> bytes:
+            calls.append("next batch")
+            return b"data: 2\n\n"
+
+        def encode(self, batch: bytes) -> bytes:
+            return batch
+
+        def close(self) -> None:
+            calls.append("frames closed")
+
     async def failing(scope: Scope, receive: Receive, send: Send) -> None:
         await EventStreamResponse(
-            None,
+            Frames(),
             first=b"data: 1\n\n",
             keepalive=5,
             on_disconnect=lambda: calls.append("disconnect"),
@@ -308,7 +328,67 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
 
     with pytest.raises(RuntimeError, match="a teardown failed"):
         asyncio.run(StreamsOutside(failing)({"type": "http"}, _never_disconnects, server_send))
-    assert calls == ["http.response.start", "disconnect", "end"]
+    assert calls == ["http.response.start", "disconnect", "frames closed", "end"]
+
+
+class _Viewing:
+    """A subscription to a run with one token, then nothing more: ``ended`` says whether
+    the run's end was read (or the viewer lost the shared log first)."""
+
+    starts_after = 0
+    head = 0
+
+    def __init__(self, ended: bool) -> None:
+        self.ended = ended
+        self.batches: list[list[Event]] = [
+            [TextDelta(run_id="r", seq=1, ts=0.0, step=1, delta="hi")]
+        ]
+        self.closed = 0
+
+    async def next_batch(self) -> list[Event]:
+        return self.batches.pop() if self.batches else []
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _body(response: EventStreamResponse) -> list[bytes]:
+    """The body pieces ``response`` sends, sent from ``StreamsOutside``."""
+    sent: list[bytes] = []
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await response(scope, receive, send)
+
+    async def server_send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"])
+
+    asyncio.run(StreamsOutside(endpoint)({"type": "http"}, _never_disconnects, server_send))
+    return sent
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["the run ended", "the shared log lost"])
+def test_a_streams_trailer_follows_the_runs_end_only(ended: bool) -> None:
+    """``[DONE]`` tells the client the answer is whole: a viewer that lost the shared log
+    before the run's end (cluster mode) stops without it, and its client resumes."""
+    viewing = _Viewing(ended)
+    response = EventStreamResponse(_LiveFrames(viewing, native, trailer=DONE), keepalive=5)
+    token = b'data: {"seq":1,"event":"content_delta","delta":"hi"}\n\n'
+    assert _body(response) == [token, *([DONE] if ended else []), b""]
+    assert viewing.closed
+
+
+def test_a_viewer_whose_frames_fail_stops_viewing() -> None:
+    """A view that raises ends the response; the subscription is closed all the same (an
+    open one would keep the run's tokens from being packed)."""
+    viewing = _Viewing(ended=True)
+
+    def failing(event: Event) -> list[Frame]:
+        raise ValueError("no frame")
+
+    with pytest.raises(ValueError, match="no frame"):
+        _body(EventStreamResponse(_LiveFrames(viewing, failing), keepalive=5))
+    assert viewing.closed
 
 
 def test_an_app_an_embedder_adds_http_middleware_to_still_streams(tmp_path: Path) -> None:

@@ -311,7 +311,12 @@ class LogSubscription:
         while self.read >= stream.count and not stream.closed:
             waiter = asyncio.get_running_loop().create_future()
             stream.waiting.append(waiter)
-            await waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter in stream.waiting:  # not woken: nothing is to wake it any more
+                    stream.waiting.remove(waiter)
+                raise
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch

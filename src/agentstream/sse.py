@@ -54,7 +54,7 @@ def encode(
     NUL is also stripped from id, since §9.2.6 makes a decoder ignore such an id.
     """
     if event is None and retry is None and "\n" not in data and "\r" not in data:
-        # Every frame of a JSON event stream (json.dumps writes one line): once per token.
+        # A frame of one line, as JSON text is.
         if id is None:
             return f"data: {data}\n\n"
         if isinstance(id, int):

@@ -285,7 +285,7 @@ async def _model_turn(
                     answering = True
                     call.first_part()
                 # Tokens by their type: a ``match`` makes a set and a list for each class
-                # pattern it tries (Python 3.11), 3% of a token's instructions.
+                # pattern it tries (Python 3.11), 3.7% of a token's instructions.
                 if type(part) is TextPart:
                     if turn.reasoning_pending:
                         await _settle_reasoning(ctx, step, turn)

@@ -134,8 +134,8 @@ class RunContext:
         self._seq = seq
         self._in_order = asyncio.Lock()
         """Held from stamping an event to its sink being done with it, so seqs go out in
-        order. Taken at once when free: a token costs no trip through the event loop.
-        asyncio's, not anyio's: that one keeps a queue for waiters from the start, 760
+        order; a token waits for it only where it is held (``emit_token``). asyncio's, not
+        anyio's: that one keeps a queue for waiters from the start, 760
         bytes a live run, where this one makes it once a task waits."""
 
     def count(self, usage: Usage) -> Usage:
@@ -158,7 +158,8 @@ class RunContext:
 
     def _stamped(self, kind: type[E], fields: dict[str, Any]) -> E:
         """``stamp``, for ``emit``, which has the fields at hand: passed on as keywords once
-        more, they cost a token 3% of its instructions (``bench.instructions``)."""
+        more, they cost a token 3% of its instructions when tokens came this way
+        (``bench.instructions``)."""
         self._seq += 1
         return kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
 
@@ -172,12 +173,13 @@ class RunContext:
     def emit_token(
         self, kind: type[Token], step: int, delta: str, separator: str = ""
     ) -> Awaitable[Token] | None:
-        """Emit a token (``separator`` for text only): at once where nothing is to be
+        """Emit a token (``separator``: a text token's): at once where nothing is to be
         awaited (a token of the run's own, no emitter ahead of it, so it cannot be
-        overtaken), else the ``emit`` to await. ``emit`` is a coroutine, and a coroutine
-        and its keywords made for each token were 3% of a token's instructions."""
+        overtaken), else the ``emit`` to await, at once (it takes its seq when awaited).
+        ``emit`` is a coroutine, and a coroutine and its keywords made for each token were
+        3.7% of a token's instructions."""
         if self._log is None or self._in_order.locked():
-            fields = {"separator": separator} if separator else {}
+            fields = {"separator": separator} if kind is TextDelta else {}
             return self.emit(kind, step=step, delta=delta, **fields)
         self._seq += 1
         if kind is TextDelta:
@@ -196,8 +198,8 @@ class RunContext:
 
     async def emit(self, kind: type[E], /, **fields: Any) -> E:
         """Create the next event of this run and hand it to the sink. Concurrent emitters
-        (parallel tool calls) still deliver in seq order. Tokens go through
-        ``emit_token``."""
+        (parallel tool calls) still deliver in seq order. Tokens come through
+        ``emit_token``, and here only where they must wait."""
         async with self._in_order:
             event = self._stamped(kind, fields)
             await self._deliver([event])

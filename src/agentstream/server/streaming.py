@@ -42,9 +42,9 @@ each with the context it started in."""
 
 class Frames(Protocol[B]):
     """A stream's frames as they come: each batch ``next_batch`` waits for, written by
-    ``encode``, until ``over``. The response awaits ``next_batch`` itself (a
-    subscription's own method): a coroutine a token fewer than a wrapper that waits, then
-    writes."""
+    ``encode``, until ``over``; ``close`` once the response is over, however it ended. The
+    response awaits ``next_batch`` itself (a subscription's own method): a coroutine a
+    token fewer than a wrapper that waits, then writes."""
 
     over: bool
 
@@ -52,15 +52,18 @@ class Frames(Protocol[B]):
 
     def encode(self, batch: B) -> bytes: ...
 
+    def close(self) -> None: ...
+
 
 class EventStreamResponse(Response):
     """Send ``first``, then what ``frames`` write until they are over.
 
     Beside the stream, one task watches the client: it sends a keepalive comment once the
     stream has been silent for ``keepalive`` seconds, and on the client's disconnect it
-    cancels the stream and calls ``on_disconnect``. ``on_end`` is called once the response
-    is over, however it ended. Plain asyncio tasks: a task group per response costs a
-    live stream several tasks' worth of memory. ``headers`` come beside ``SSE_HEADERS``.
+    cancels the stream and calls ``on_disconnect``. Once the response is over, however it
+    ended, the frames are closed and ``on_end`` is called. Plain asyncio tasks: a task
+    group per response costs a live stream several tasks' worth of memory. ``headers``
+    come beside ``SSE_HEADERS``.
     """
 
     def __init__(
@@ -119,14 +122,16 @@ class EventStreamResponse(Response):
 
             over = False
             watcher = asyncio.create_task(self._watch(receive, send, leave))
+            frames = self._frames
             try:
-                chunk, frames = self._first, self._frames
+                chunk, self._first = self._first, b""  # a replay's frames, maybe: not kept
                 while True:
                     if chunk:
                         self._last_sent = time.monotonic()
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if frames is None or frames.over:
                         break
+                    chunk = b""
                     chunk = frames.encode(await frames.next_batch())
             except asyncio.CancelledError:
                 if not client_left or streaming.uncancel():  # also cancelled from outside
@@ -150,6 +155,8 @@ class EventStreamResponse(Response):
         self._ended()
 
     def _ended(self) -> None:
+        if self._frames is not None:
+            self._frames.close()
         if self._on_end is not None:
             self._on_end()
 

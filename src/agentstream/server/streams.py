@@ -226,9 +226,12 @@ def _through_end(
 
 class _LiveFrames:
     """A subscription's events as SSE text (``ids`` as in ``encode_events``), for an
-    ``EventStreamResponse``: ``trailer`` after the run's last event. With ``ends``, the
-    stream is over after the first event it holds for, and only then is there a
-    trailer."""
+    ``EventStreamResponse``: ``trailer`` after the run's last event, not where the
+    subscription stopped short of it (a viewer that lost the shared log: its client
+    resumes). With ``ends``, the stream is over after the first event it holds for, and
+    only then is there a trailer."""
+
+    __slots__ = ("_ends", "_ids", "_render", "_subscription", "_trailer", "next_batch", "over")
 
     def __init__(
         self,
@@ -248,19 +251,20 @@ class _LiveFrames:
         self._ends = ends
 
     def encode(self, batch: list[Event]) -> bytes:
-        if not batch:  # the run's live part is over, and read
-            self._close()
-            return self._trailer if self._ends is None else b""
+        if not batch:  # all there is was read
+            self.close()
+            ended = self._ends is None and self._subscription.ended
+            return self._trailer if ended else b""
         if self._ends is None:
             return encode_events(batch, self._render, ids=self._ids)
         events, over = _through_end(batch, self._ends)
         chunk = encode_events(events, self._render, ids=self._ids)
         if over:
-            self._close()
+            self.close()
             chunk += self._trailer
         return chunk
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self.over = True
         self._subscription.close()
 
