@@ -5,8 +5,9 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 from __future__ import annotations
 
 import functools
+import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -216,3 +217,54 @@ async def test_viewers_that_arrive_at_once_wait_for_a_followers_connection_not_f
     finally:
         await followers.aclose()
         await writes.aclose()
+
+
+async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redis: Redis) -> None:
+    """A run's tokens come while the batch before is on its way: the next batch starts
+    ``GATHER`` after the one before at the earliest (unless a ``sync`` waits for it), so
+    round trips do not follow the tokens' pace (each costs redis-py more CPU than the
+    tokens in it), and nothing is lost or reordered."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix, max_events=10_000), log_of(redis, prefix)
+    starts: list[float] = []
+    send = writer._send
+
+    async def timed(batch: Sequence[redis_log._Op]) -> None:
+        starts.append(anyio.current_time())
+        await send(batch)
+
+    writer._send = timed  # type: ignore[method-assign]
+    writer.open("run_x", after=0)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        for seq in range(1, 201):
+            writer.append(TextDelta(run_id="run_x", seq=seq, ts=0.0, step=1, delta="x"))
+            await anyio.sleep(0.0001)
+        gathered = list(starts)
+        await writer.sync()  # the rest at once
+        group.cancel_scope.cancel()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(gathered)]
+    assert len(gaps) > 1
+    assert min(gaps) >= redis_log.GATHER * 0.99, gaps
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    assert await seqs(await following.next_batch()) == list(range(1, 201))
+
+
+async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run just started here can be followed from any process once ``sync`` returns:
+    the batch with its start goes at once, however long batches gather."""
+    monkeypatch.setattr(redis_log, "GATHER", 60.0)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        writer.open("run_x", after=0)
+        await writer.sync()  # the first batch: nothing before it to wait for
+        writer.append(step(1))  # the next one gathers
+        with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
+            await writer.sync()
+        group.cancel_scope.cancel()
+    assert await reader.last_seq("run_x") == 1

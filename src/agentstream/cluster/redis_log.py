@@ -18,6 +18,7 @@ from the store (``Subscription.starts_after``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,13 @@ BATCH = 512
 MAX_QUEUED = 200_000
 """Writes kept while Redis is away; past this, the oldest go (a viewer in another process
 then finds a gap and resumes from the store)."""
+
+GATHER = 0.005
+"""Seconds from one batch's start to the next's at least: a round trip then carries that
+long's tokens of every stream, where it carried the few that came while the one before
+was on its way (redis-py spends more CPU on a round trip than on a few dozen tokens in
+it). A viewer in another process sees a token up to that much later; a batch that comes
+later than this after the one before, or that a ``sync`` waits for, goes at once."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -141,6 +149,10 @@ class RedisLog:
         """Operations queued, and sent, since the start: ``sync`` waits for the one to
         catch up with the other."""
         self._progress = anyio.Event()
+        self._hurried = False
+        """A ``sync`` waits: the next batch goes without gathering."""
+        self._gathering: asyncio.Future[None] | None = None
+        """What the writer waits on while a batch gathers: done by a timer, or a ``sync``."""
         self._touched: dict[str, float] = {}
         """When each stream open here last had its expiry renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
@@ -173,6 +185,9 @@ class RedisLog:
         """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
         a run just started or continued here can be followed from any process at once."""
         target = self._pushed
+        self._hurried = True
+        if self._gathering is not None:
+            _release(self._gathering)
         with anyio.move_on_after(SYNC_WAIT):
             while self._sent < target:
                 progress = self._progress
@@ -182,10 +197,22 @@ class RedisLog:
         """Send what is queued, batch after batch, until cancelled; while Redis cannot be
         reached, keep it and try again (in-process viewers carry on meanwhile)."""
         pause = 0.05
+        loop = asyncio.get_running_loop()
+        started = -GATHER
         while True:
             await self._queued.wait()
+            if (gathering := started + GATHER - loop.time()) > 0 and not self._hurried:
+                # A future and a timer, not a cancel scope: a scope's timeout costs a
+                # batch more than it saves.
+                self._gathering = loop.create_future()
+                timer = loop.call_later(gathering, _release, self._gathering)
+                await self._gathering
+                timer.cancel()
+                self._gathering = None
+            self._hurried = False
+            started = loop.time()
             try:
-                await self.flush()
+                await self._send_next()
                 pause = 0.05
             except (RedisError, OSError) as exc:
                 logger.warning("Redis is unreachable (%s); the live log waits", exc)
@@ -197,8 +224,14 @@ class RedisLog:
         queued, in order. Not beside ``run``: two batches on their way at once could
         arrive out of order, and the later one's writes be refused as already there."""
         while self._queue:
-            batch = self._queue[:BATCH]
-            del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push
+            await self._send_next()
+
+    async def _send_next(self) -> None:
+        """Send the oldest ``BATCH`` operations queued (on failure they stay queued, in
+        order); once none is left, wait for more."""
+        batch = self._queue[:BATCH]
+        del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push
+        if batch:
             try:
                 with telemetry.timed("write"):
                     await self._send(batch)
@@ -208,7 +241,8 @@ class RedisLog:
             self._sent += len(batch)
             self._progress.set()
             self._progress = anyio.Event()
-        self._queued = anyio.Event()
+        if not self._queue:
+            self._queued = anyio.Event()
 
     async def _send(self, batch: Sequence[_Op]) -> None:
         """One round trip, one command: a script that applies the batch's operations in
@@ -356,6 +390,11 @@ def _to_json(event: Event) -> bytes:
     if (write := _WRITERS.get(kind)) is None:
         write = _WRITERS[kind] = TypeAdapter(kind).dump_json
     return write(event)
+
+
+def _release(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
 
 
 def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
