@@ -268,3 +268,24 @@ async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
             await writer.sync()
         group.cancel_scope.cancel()
     assert await reader.last_seq("run_x") == 1
+
+
+async def test_a_batch_that_fails_on_its_way_is_kept_within_the_bound(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that came while a batch was on its way, and the batch, which failed: the
+    queue keeps the newest ``MAX_QUEUED`` of them, in order."""
+    monkeypatch.setattr(redis_log, "MAX_QUEUED", 100)
+    writer = log_of(redis, f"test-{uuid.uuid4().hex}")
+
+    async def failing(batch: Sequence[redis_log._Op]) -> None:
+        for seq in range(51, 151):  # came meanwhile
+            writer.append(step(seq))
+        raise ConnectionError("Redis went away")
+
+    writer._send = failing  # type: ignore[method-assign]
+    for seq in range(1, 51):
+        writer.append(step(seq))
+    with pytest.raises(ConnectionError):
+        await writer.flush()
+    assert [op.seq for op in writer._queue] == list(range(51, 151))
