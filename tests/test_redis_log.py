@@ -5,7 +5,6 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 from __future__ import annotations
 
 import functools
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
@@ -243,9 +242,10 @@ async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redi
         gathered = list(starts)
         await writer.sync()  # the rest at once
         group.cancel_scope.cancel()
-    gaps = [later - earlier for earlier, later in itertools.pairwise(gathered)]
-    assert len(gaps) > 1
-    assert min(gaps) >= redis_log.GATHER * 0.99, gaps
+    # Counted over the whole burst, not gap by gap: a batch that the machine held up
+    # leaves a shorter gap to the next one.
+    assert len(gathered) > 2
+    assert len(gathered) <= 2 + (gathered[-1] - gathered[0]) / redis_log.GATHER, gathered
     following = await reader.subscribe("run_x", after=0)
     assert following is not None
     assert await seqs(await following.next_batch()) == list(range(1, 201))
@@ -263,7 +263,8 @@ async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
         group.start_soon(writer.run)
         writer.open("run_x", after=0)
         await writer.sync()  # the first batch: nothing before it to wait for
-        writer.append(step(1))  # the next one gathers
+        writer.append(step(1))
+        await anyio.sleep(0.05)  # the next batch gathers
         with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
             await writer.sync()
         group.cancel_scope.cancel()
@@ -289,3 +290,21 @@ async def test_a_batch_that_fails_on_its_way_is_kept_within_the_bound(
     with pytest.raises(ConnectionError):
         await writer.flush()
     assert [op.seq for op in writer._queue] == list(range(51, 151))
+    assert writer._sent == 50, "dropped: never to be sent, which a sync counts"
+
+
+async def test_a_full_batch_goes_without_gathering(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog (what was kept while Redis was away, a burst) goes batch after batch: a
+    batch that cannot grow does not wait for more."""
+    monkeypatch.setattr(redis_log, "GATHER", 60.0)
+    monkeypatch.setattr(redis_log, "BATCH", 10)
+    writer = log_of(redis, f"test-{uuid.uuid4().hex}")
+    writer.open("run_x", after=0)
+    for seq in range(1, 40):
+        writer.append(step(seq))
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        await eventually(lambda: until_seq(writer, 39))  # not GATHER (60 s) a batch
+        group.cancel_scope.cancel()

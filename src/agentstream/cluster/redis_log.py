@@ -8,7 +8,8 @@ frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
 
 Writes are queued without waiting and sent in batches by one task per process, each batch
 one call of a script that applies it inside Redis: while a batch is on its way the next one
-gathers, so a token costs a queue append and a share of one command. (The script names its
+gathers, for ``GATHER`` seconds from the start of the one before at least, so a token costs
+a queue append and a share of one command. (The script names its
 keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
 stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
 expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
@@ -52,8 +53,8 @@ GATHER = 0.002
 long's tokens of every stream, where it carried the few that came while the one before
 was on its way (redis-py spends more CPU on a round trip than on the tokens in it). A
 viewer in another process sees a token up to that much later (the cluster's target: p99
-under 5 ms added); a batch that comes later than this after the one before, or that a
-``sync`` waits for, goes at once."""
+under 5 ms added); a batch that comes later than this after the one before, that is full
+already (``BATCH``), or that a ``sync`` waits for, goes at once."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -150,8 +151,9 @@ class RedisLog:
         """Operations queued, and sent, since the start: ``sync`` waits for the one to
         catch up with the other."""
         self._progress = anyio.Event()
-        self._hurried = False
-        """A ``sync`` waits: the next batch goes without gathering."""
+        self._hurry_until = 0
+        """Batches go without gathering until this many operations are sent: those a
+        ``sync`` waits for."""
         self._gathering: asyncio.Future[None] | None = None
         """What the writer waits on while a batch gathers: done by a timer, or a ``sync``."""
         self._touched: dict[str, float] = {}
@@ -190,9 +192,10 @@ class RedisLog:
         """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
         a run just started or continued here can be followed from any process at once."""
         target = self._pushed
-        self._hurried = True
-        if self._gathering is not None:
-            _release(self._gathering)
+        if self._sent < target:
+            self._hurry_until = max(self._hurry_until, target)
+            if self._gathering is not None:
+                _release(self._gathering)
         with anyio.move_on_after(SYNC_WAIT):
             while self._sent < target:
                 progress = self._progress
@@ -206,15 +209,17 @@ class RedisLog:
         started = -GATHER
         while True:
             await self._queued.wait()
-            if (gathering := started + GATHER - loop.time()) > 0 and not self._hurried:
+            gathering = started + GATHER - loop.time()
+            if gathering > 0 and len(self._queue) < BATCH and self._sent >= self._hurry_until:
                 # A future and a timer, not a cancel scope: a scope's timeout costs a
                 # batch more than it saves.
                 self._gathering = loop.create_future()
                 timer = loop.call_later(gathering, _release, self._gathering)
-                await self._gathering
-                timer.cancel()
-                self._gathering = None
-            self._hurried = False
+                try:
+                    await self._gathering
+                finally:
+                    timer.cancel()
+                    self._gathering = None
             started = loop.time()
             try:
                 await self._send_next()
@@ -232,8 +237,8 @@ class RedisLog:
             await self._send_next()
 
     async def _send_next(self) -> None:
-        """Send the oldest ``BATCH`` operations queued (on failure they stay queued, in
-        order); once none is left, wait for more."""
+        """Send the oldest ``BATCH`` operations queued, if any (on failure they stay
+        queued, in order); once none is left, ``run`` waits for more."""
         batch = self._queue[:BATCH]
         del self._queue[:BATCH]  # in flight: out of reach of the dropping in _push
         if batch:
@@ -400,6 +405,7 @@ def _to_json(event: Event) -> bytes:
 
 
 def _release(waiting: asyncio.Future[None]) -> None:
+    """End a wait, unless it ended already (timed out, released, or cancelled)."""
     if not waiting.done():
         waiting.set_result(None)
 
