@@ -9,12 +9,12 @@ frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
 Writes are queued without waiting and sent in batches by one task per process, each batch
 one call of a script that applies it inside Redis: while a batch is on its way the next one
 gathers, for ``GATHER`` seconds from the start of the one before at least, so a token costs
-a queue append and a share of one command. (The script names its
-keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
-stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
-expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
-``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads
-from the store (``Subscription.starts_after``).
+a queue append and a share of one command. (The script names its keys in its arguments:
+one Redis server, with replicas or not, not a Redis Cluster.) A stream is trimmed to
+``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its expiry was last renewed
+(every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention`` seconds after it
+ends. Whatever the stream no longer holds, a viewer reads from the store
+(``Subscription.starts_after``).
 """
 
 from __future__ import annotations
