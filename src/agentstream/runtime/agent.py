@@ -289,16 +289,18 @@ async def _model_turn(
                 if type(part) is TextPart:
                     if turn.reasoning_pending:
                         await _settle_reasoning(ctx, step, turn)
-                    if waiting := ctx.emit_token(TextDelta, step, part.delta, separator):
+                    delta = part.delta
+                    if waiting := ctx.emit_token(TextDelta, step, delta, separator):
                         await waiting
                     separator = ""  # before the step's first piece only
-                    turn.text.append(part.delta)
+                    turn.text.append(delta)
                     continue
                 if type(part) is ReasoningPart:
+                    delta = part.delta
                     if not turn.reasoning_emitted:  # kept for the turn's one Reasoning
-                        turn.reasoning.append(part.delta)
+                        turn.reasoning.append(delta)
                         turn.reasoning_pending = True
-                    if waiting := ctx.emit_token(ReasoningDelta, step, part.delta):
+                    if waiting := ctx.emit_token(ReasoningDelta, step, delta):
                         await waiting
                     continue
                 match part:

@@ -135,8 +135,8 @@ class RunContext:
         self._in_order = asyncio.Lock()
         """Held from stamping an event to its sink being done with it, so seqs go out in
         order; a token waits for it only where it is held (``emit_token``). asyncio's, not
-        anyio's: that one keeps a queue for waiters from the start, 760
-        bytes a live run, where this one makes it once a task waits."""
+        anyio's: that one keeps a queue for waiters from the start, 760 bytes a live run,
+        where this one makes it once a task waits."""
 
     def count(self, usage: Usage) -> Usage:
         """Add a turn's usage to the run's, priced at the model's rates; that usage, priced."""
@@ -157,9 +157,8 @@ class RunContext:
         return self._stamped(kind, fields)
 
     def _stamped(self, kind: type[E], fields: dict[str, Any]) -> E:
-        """``stamp``, for ``emit``, which has the fields at hand: passed on as keywords once
-        more, they cost a token 3% of its instructions when tokens came this way
-        (``bench.instructions``)."""
+        """``stamp``, for ``emit``, which has the fields at hand: not passed on as keywords
+        once more."""
         self._seq += 1
         return kind(run_id=self.run_id, seq=self._seq, ts=time.time(), **fields)
 

@@ -124,14 +124,14 @@ class EventStreamResponse(Response):
             watcher = asyncio.create_task(self._watch(receive, send, leave))
             frames = self._frames
             try:
-                chunk, self._first = self._first, b""  # a replay's frames, maybe: not kept
+                chunk, self._first = self._first, b""
                 while True:
                     if chunk:
                         self._last_sent = time.monotonic()
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                        chunk = b""  # not kept while the next batch comes (a replay, maybe)
                     if frames is None or frames.over:
                         break
-                    chunk = b""
                     chunk = frames.encode(await frames.next_batch())
             except asyncio.CancelledError:
                 if not client_left or streaming.uncancel():  # also cancelled from outside

@@ -78,15 +78,10 @@ def stream_started(
     """The stream of a run just started, from its first event: ``data:`` lines only, then
     ``trailer``. Disconnecting cancels the run. ``on_end`` as in ``EventStreamResponse``."""
     subscription = runs.log.subscribe(run_id)  # just started here: its log is open
-
-    def cancel() -> None:
-        subscription.close()
-        runs.cancel(run_id, CLIENT_CANCELLED)
-
     return EventStreamResponse(
-        _LiveFrames(subscription, render, trailer=trailer),
+        _LiveFrames(subscription, render, trailer=trailer),  # closed when the response ends
         keepalive=keepalive,
-        on_disconnect=cancel,
+        on_disconnect=lambda: runs.cancel(run_id, CLIENT_CANCELLED),
         on_end=on_end,
         headers=headers,
     )
@@ -188,7 +183,6 @@ async def follow(
         following,
         first=pending,
         keepalive=keepalive,
-        on_disconnect=live.close if live is not None else None,
         headers=headers,
     )
 
