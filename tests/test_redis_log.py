@@ -228,7 +228,7 @@ async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redi
     starts: list[float] = []
     send = writer._send
 
-    async def timed(batch: Sequence[redis_log._Op]) -> None:
+    async def timed(batch: Sequence[redis_log._Queued]) -> None:
         starts.append(anyio.current_time())
         await send(batch)
 
@@ -279,7 +279,7 @@ async def test_a_batch_that_fails_on_its_way_is_kept_within_the_bound(
     monkeypatch.setattr(redis_log, "MAX_QUEUED", 100)
     writer = log_of(redis, f"test-{uuid.uuid4().hex}")
 
-    async def failing(batch: Sequence[redis_log._Op]) -> None:
+    async def failing(batch: Sequence[redis_log._Queued]) -> None:
         for seq in range(51, 151):  # came meanwhile
             writer.append(step(seq))
         raise ConnectionError("Redis went away")
