@@ -15,7 +15,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from agentstream.cluster import redis_log
 from agentstream.cluster.redis_log import Entry, RedisLog
-from agentstream.events import Event, StepStarted, TextDelta
+from agentstream.events import Event, ReasoningDelta, StepCompleted, StepStarted, TextDelta
 from conftest import eventually, free_port
 from processes import start_redis
 
@@ -167,6 +167,46 @@ async def test_a_batch_carries_any_run_id_and_any_text_whole(redis: Redis) -> No
         ]
         assert await following.next_batch() == []
         assert following.ended
+
+
+async def test_events_of_every_kind_and_run_interleaved_come_back_as_they_were(
+    redis: Redis,
+) -> None:
+    """A batch is written a kind at a time (each kind's events framed together): runs
+    and kinds interleaved in it still come back equal, each run's in its order."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    written: dict[str, list[Event]] = {"run_a": [], "run_b": []}
+    for run_id in written:
+        writer.open(run_id, after=0)
+
+    def made(seq: int, run_id: str) -> Event:
+        common = {"run_id": run_id, "seq": seq, "ts": seq / 7, "step": 1}
+        match seq % 5:
+            case 1:
+                return StepStarted(**common)
+            case 2:
+                return ReasoningDelta(**common, delta=f"think {seq}")
+            case 3:
+                return TextDelta(**common, delta=f"word {seq}", separator="\n\n")
+            case 4:
+                return TextDelta(**common, delta=f" word {seq}")
+            case _:
+                return StepCompleted(**common)
+
+    for seq in range(1, 23):
+        for run_id in ("run_a", "run_a", "run_b") if seq % 3 else ("run_b", "run_a"):
+            event = made(len(written[run_id]) + 1, run_id)
+            written[run_id].append(event)
+            writer.append(event)
+    for run_id, events in written.items():
+        writer.close(run_id, last=len(events))
+    await writer.flush()
+    for run_id, events in written.items():
+        following = await reader.subscribe(run_id, after=0)
+        assert following is not None
+        assert await following.next_batch() == events
+        assert await following.next_batch() == []
 
 
 async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
