@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from agentstream.cluster import redis_log
+from agentstream.cluster.notices import Notices
 from agentstream.cluster.redis_log import Entry, RedisLog
 from agentstream.events import Event, ReasoningDelta, StepCompleted, StepStarted, TextDelta
 from conftest import eventually, free_port
@@ -181,18 +182,19 @@ async def test_events_of_every_kind_and_run_interleaved_come_back_as_they_were(
         writer.open(run_id, after=0)
 
     def made(seq: int, run_id: str) -> Event:
-        common = {"run_id": run_id, "seq": seq, "ts": seq / 7, "step": 1}
         match seq % 5:
             case 1:
-                return StepStarted(**common)
+                return StepStarted(run_id=run_id, seq=seq, ts=seq / 7, step=1)
             case 2:
-                return ReasoningDelta(**common, delta=f"think {seq}")
+                return ReasoningDelta(run_id=run_id, seq=seq, ts=seq / 7, step=1, delta=f"t {seq}")
             case 3:
-                return TextDelta(**common, delta=f"word {seq}", separator="\n\n")
+                return TextDelta(
+                    run_id=run_id, seq=seq, ts=seq / 7, step=1, delta=f"w {seq}", separator="\n\n"
+                )
             case 4:
-                return TextDelta(**common, delta=f" word {seq}")
+                return TextDelta(run_id=run_id, seq=seq, ts=seq / 7, step=1, delta=f" w {seq}")
             case _:
-                return StepCompleted(**common)
+                return StepCompleted(run_id=run_id, seq=seq, ts=seq / 7, step=1)
 
     for seq in range(1, 23):
         for run_id in ("run_a", "run_a", "run_b") if seq % 3 else ("run_b", "run_a"):
@@ -258,13 +260,8 @@ async def test_viewers_that_arrive_at_once_wait_for_a_followers_connection_not_f
         await writes.aclose()
 
 
-async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redis: Redis) -> None:
-    """A run's tokens come while the batch before is on its way: the next batch starts
-    ``GATHER`` after the one before at the earliest (unless a ``sync`` waits for it), so
-    round trips do not follow the tokens' pace (each costs redis-py more CPU than the
-    tokens in it), and nothing is lost or reordered."""
-    prefix = f"test-{uuid.uuid4().hex}"
-    writer, reader = log_of(redis, prefix, max_events=10_000), log_of(redis, prefix)
+def timed_batches(writer: RedisLog) -> list[float]:
+    """When each of the writer's batches starts, from now on."""
     starts: list[float] = []
     send = writer._send
 
@@ -273,22 +270,89 @@ async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redi
         await send(batch)
 
     writer._send = timed  # type: ignore[method-assign]
+    return starts
+
+
+async def a_burst(writer: RedisLog, starts: list[float], first: int) -> tuple[int, float]:
+    """200 tokens of run_x, 0.1 ms or more apart, from seq ``first``: how many batches
+    started meanwhile, and how long it took."""
+    starts.clear()
+    began = anyio.current_time()
+    for seq in range(first, first + 200):
+        writer.append(TextDelta(run_id="run_x", seq=seq, ts=0.0, step=1, delta="x"))
+        await anyio.sleep(0.0001)
+    return len(starts), anyio.current_time() - began
+
+
+async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redis: Redis) -> None:
+    """A run's tokens come while the batch before is on its way: the next batch starts
+    ``GATHER`` after the one before at the earliest (unless a ``sync`` waits for it) while
+    another process follows the run, ``QUIET_GATHER`` while none does, so round trips do
+    not follow the tokens' pace (each costs more CPU than the tokens in it); a follow
+    hurries what is queued. Nothing is lost or reordered."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix, max_events=10_000), log_of(redis, prefix)
+    starts = timed_batches(writer)
     writer.open("run_x", after=0)
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
-        for seq in range(1, 201):
-            writer.append(TextDelta(run_id="run_x", seq=seq, ts=0.0, step=1, delta="x"))
-            await anyio.sleep(0.0001)
-        gathered = list(starts)
+        await writer.sync()  # the stream is open in Redis
+        quiet, quiet_for = await a_burst(writer, starts, 1)
+        writer.followed("run_x")
+        hurried, hurried_for = await a_burst(writer, starts, 201)
         await writer.sync()  # the rest at once
         group.cancel_scope.cancel()
     # Counted over the whole burst, not gap by gap: a batch that the machine held up
     # leaves a shorter gap to the next one.
-    assert len(gathered) > 2
-    assert len(gathered) <= 2 + (gathered[-1] - gathered[0]) / redis_log.GATHER, gathered
+    assert quiet <= 1 + quiet_for / redis_log.QUIET_GATHER, (quiet, quiet_for)
+    assert hurried <= 1 + hurried_for / redis_log.GATHER, (hurried, hurried_for)
+    assert hurried > 2
+    assert hurried > quiet
     following = await reader.subscribe("run_x", after=0)
     assert following is not None
-    assert await seqs(await following.next_batch()) == list(range(1, 201))
+    assert await seqs(await following.next_batch()) == list(range(1, 401))
+
+
+async def test_a_follow_from_another_process_hurries_the_runs_writes(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A viewer elsewhere tells the run's process (``Notices.follow``) before it reads the
+    run's stream: what the run wrote goes at once, not after ``QUIET_GATHER``, and so do
+    its writes from then on. A follow of a run not open here is ignored."""
+    monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    notices, elsewhere = Notices(redis, prefix=prefix), Notices(redis, prefix=prefix)
+    cancelled: list[tuple[str, str]] = []
+    writer.open("run_x", after=0)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        listening = anyio.Event()
+        group.start_soon(
+            lambda: notices.listen(
+                lambda *cancel: cancelled.append(cancel), writer.followed, ready=listening
+            )
+        )
+        await listening.wait()
+        await writer.sync()
+        writer.append(step(1))
+        await anyio.sleep(0.05)
+        assert await reader.last_seq("run_x") == 0, "quiet: it gathers for QUIET_GATHER"
+        await elsewhere.follow("run_y")  # not open here
+        await elsewhere.follow("run_x")
+        with anyio.fail_after(2):
+            await eventually(lambda: until_seq(reader, 1))
+            writer.append(step(2))
+            await eventually(lambda: until_seq(reader, 2))
+        await elsewhere.cancel("run_x", "Stop")
+
+        async def heard() -> bool:
+            return bool(cancelled)
+
+        await eventually(heard)
+        group.cancel_scope.cancel()
+    assert writer._followed == {"run_x"}
+    assert cancelled == [("run_x", "Stop")], "a cancel is no follow"
 
 
 async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
@@ -297,6 +361,7 @@ async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
     """A run just started here can be followed from any process once ``sync`` returns:
     the batch with its start goes at once, however long batches gather."""
     monkeypatch.setattr(redis_log, "GATHER", 60.0)
+    monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     async with anyio.create_task_group() as group:
@@ -339,6 +404,7 @@ async def test_a_full_batch_goes_without_gathering(
     """A backlog (what was kept while Redis was away, a burst) goes batch after batch: a
     batch that cannot grow does not wait for more."""
     monkeypatch.setattr(redis_log, "GATHER", 60.0)
+    monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
     monkeypatch.setattr(redis_log, "BATCH", 10)
     writer = log_of(redis, f"test-{uuid.uuid4().hex}")
     writer.open("run_x", after=0)

@@ -1,5 +1,5 @@
-"""Cluster mode: what the processes serving the same runs share through Redis (the live log
-and cancels), as one ``Cluster`` per process. PostgreSQL holds the rest (runs, events,
+"""Cluster mode: what the processes serving the same runs share through Redis (the live log,
+cancels and follows), as one ``Cluster`` per process. PostgreSQL holds the rest (runs, events,
 leases). The embedded default has no cluster: one process, all in memory."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import anyio
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
-from agentstream.cluster.cancels import CancelChannel
+from agentstream.cluster.notices import Notices
 from agentstream.cluster.redis_log import RedisLog, RedisSubscription
 from agentstream.config import Settings
 from agentstream.errors import ConfigError, Unavailable
@@ -50,7 +50,7 @@ class Cluster:
             max_events=settings.log_max_events,
             followers=self.followers,
         )
-        self.cancels = CancelChannel(self.redis, prefix=settings.redis_prefix)
+        self.notices = Notices(self.redis, prefix=settings.redis_prefix)
 
     @asynccontextmanager
     async def connected(self, cancel: Callable[[str, str], object]) -> AsyncIterator[None]:
@@ -64,7 +64,9 @@ class Cluster:
             async with anyio.create_task_group() as tasks:
                 listening = anyio.Event()
                 tasks.start_soon(self.log.run)
-                tasks.start_soon(lambda: self.cancels.listen(cancel, ready=listening))
+                tasks.start_soon(
+                    lambda: self.notices.listen(cancel, self.log.followed, ready=listening)
+                )
                 await listening.wait()
                 try:
                     yield
@@ -80,8 +82,11 @@ class Cluster:
             await self.redis.aclose()
 
     async def subscribe(self, run_id: str, *, after: int) -> RedisSubscription | None:
-        """None while Redis is away, too: the viewer gets the stored events meanwhile."""
+        """None while Redis is away, too: the viewer gets the stored events meanwhile. The
+        run's process is told first, so that it mirrors the run's writes without waiting
+        long (``Notices``)."""
         try:
+            await self.notices.follow(run_id)
             return await self.log.subscribe(run_id, after=after)
         except (RedisError, OSError) as exc:
             logger.warning("Redis is away (%s): %s is followed from the store", exc, run_id)
@@ -89,7 +94,7 @@ class Cluster:
 
     async def cancel(self, run_id: str, reason: str) -> None:
         with _unavailable("cancel a run in another process"):
-            await self.cancels.publish(run_id, reason)
+            await self.notices.cancel(run_id, reason)
 
     async def last_seq(self, run_id: str) -> int:
         with _unavailable("reach the live log"):

@@ -51,12 +51,20 @@ MAX_QUEUED = 200_000
 then finds a gap and resumes from the store)."""
 
 GATHER = 0.002
-"""Seconds from one batch's start to the next's at least: a round trip then carries that
-long's tokens of every stream, where it carried the few that came while the one before
-was on its way (redis-py spends more CPU on a round trip than on the tokens in it). A
-viewer in another process sees a token up to that much later (the cluster's target: p99
-under 5 ms added); a batch that comes later than this after the one before, that is full
-already (``BATCH``), or that a ``sync`` waits for, goes at once."""
+"""Seconds from one batch's start to the next's at least, while a write queued is of a run
+another process follows (``followed``), or opens or ends a stream: a round trip then
+carries that long's tokens of every stream, where it carried the few that came while the
+one before was on its way (a round trip costs this process more CPU than the tokens in
+it). A viewer in another process sees a token up to that much later (the cluster's
+target: p99 under 5 ms added); a batch that comes later than this after the one before,
+that is full already (``BATCH``), or that a ``sync`` waits for, goes at once."""
+
+QUIET_GATHER = 0.05
+"""``GATHER`` while no write queued is of a run another process follows: most runs are
+watched only where they execute, and their tokens need reach Redis only for a viewer that
+comes later (who reads them from the stream; a follower tells the run's process first,
+``followed``, which then hurries). Round trips were most of a cluster process's CPU
+beyond the embedded one's."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -159,7 +167,13 @@ class RedisLog:
         """Batches go without gathering until this many operations are sent: those a
         ``sync`` waits for."""
         self._gathering: asyncio.Future[None] | None = None
-        """What the writer waits on while a batch gathers: done by a timer, or a ``sync``."""
+        """What the writer waits on while a batch gathers: done by a timer, a ``sync``, or
+        a write that hurries it."""
+        self._followed: set[str] = set()
+        """The runs open here that a process elsewhere follows (until their end is sent)."""
+        self._urgent = False
+        """A write queued is of a followed run, or opens or ends a stream: ``GATHER``, not
+        ``QUIET_GATHER``."""
         self._touched: dict[str, float] = {}
         """When each stream open here last had its expiry renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
@@ -182,9 +196,23 @@ class RedisLog:
             self._queued.set()
         elif len(queue) > MAX_QUEUED:
             self._drop_oldest()
+        if not self._urgent and (change.run_id in self._followed or type(change) is _Marker):
+            self._hurry()
 
     def close(self, stream_id: str, *, last: int) -> None:
         self.append(_Marker(_END, stream_id, last))
+
+    def followed(self, run_id: str) -> None:
+        """A process elsewhere follows the run (``Notices``): if it is open here, its writes
+        go every ``GATHER`` from now on, and what is queued goes now."""
+        if run_id in self._touched:  # its stream is open here (its end not sent yet)
+            self._followed.add(run_id)
+            self._hurry()
+
+    def _hurry(self) -> None:
+        self._urgent = True
+        if self._gathering is not None:  # for QUIET_GATHER, maybe: ``run`` looks again
+            _release(self._gathering)
 
     def _drop_oldest(self) -> None:
         """Redis has been away for long: keep the newest ``MAX_QUEUED`` writes at most."""
@@ -211,11 +239,15 @@ class RedisLog:
         reached, keep it and try again (in-process viewers carry on meanwhile)."""
         pause = 0.05
         loop = asyncio.get_running_loop()
-        started = -GATHER
+        started = -QUIET_GATHER
         while True:
             await self._queued.wait()
-            gathering = started + GATHER - loop.time()
-            if gathering > 0 and len(self._queue) < BATCH and self._sent >= self._hurry_until:
+            while (
+                (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time())
+                > 0
+                and len(self._queue) < BATCH
+                and self._sent >= self._hurry_until
+            ):
                 # A future and a timer, not a cancel scope: a scope's timeout costs a
                 # batch more than it saves.
                 self._gathering = loop.create_future()
@@ -246,12 +278,15 @@ class RedisLog:
         queued, in order); once none is left, ``run`` waits for more."""
         batch = self._queue[:BATCH]
         del self._queue[:BATCH]  # in flight: out of reach of the dropping in append
+        if not self._queue:
+            self._urgent = False  # until a write that hurries comes
         if batch:
             try:
                 with telemetry.timed("write"):
                     await self._send(batch)
             except BaseException:
                 self._queue[:0] = batch  # what came meanwhile may have filled the queue
+                self._urgent = True  # late already: it goes without the quiet wait
                 if len(self._queue) > MAX_QUEUED:
                     self._drop_oldest()
                 raise
@@ -284,6 +319,7 @@ class RedisLog:
                     self._touched[marker.run_id] = now
                 else:
                     self._touched.pop(marker.run_id, None)
+                    self._followed.discard(marker.run_id)
         args: list[int | str | bytes] = [self._max_events, IDLE_EXPIRY, self._retention]
         for refused in await self._apply(args=[*args, self.key(""), b"".join(framed)]):
             logger.error("The live log refused a write: %s", refused)
