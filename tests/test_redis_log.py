@@ -4,7 +4,6 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
@@ -235,13 +234,20 @@ async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
 async def test_viewers_that_arrive_at_once_wait_for_a_followers_connection_not_for_a_refusal(
     redis_url: str,
 ) -> None:
-    """Each viewer finds the stream on the followers' client, which queues for a connection:
-    on the writes' client (redis-py pools 100, and refuses the next), more viewers arriving
-    at once than it pools were refused, and followed the run from the store alone."""
+    """Each viewer tells of its follow and finds the stream on the followers' client, which
+    queues for a connection: on the writes' client (redis-py pools 100, and refuses the
+    next), more viewers arriving at once than it pools were refused, and followed the run
+    from the store alone."""
     prefix = f"test-{uuid.uuid4().hex}"
     writes = Redis.from_url(redis_url, max_connections=1)
     followers = Redis.from_pool(BlockingConnectionPool.from_url(redis_url, max_connections=2))
     log = RedisLog(writes, prefix=prefix, retention=60, max_events=100, followers=followers)
+    notices = Notices(writes, prefix=prefix, followers=followers)
+
+    async def a_viewer() -> None:  # as ``Cluster.subscribe``: the follow, then the stream
+        await notices.follow("run_x")
+        await log.subscribe("run_x", after=0)
+
     try:
         log.open("run_x", after=0)
         log.append(step(1))
@@ -252,7 +258,7 @@ async def test_viewers_that_arrive_at_once_wait_for_a_followers_connection_not_f
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as viewers:
                     for _ in range(20):
-                        viewers.start_soon(functools.partial(log.subscribe, "run_x", after=0))
+                        viewers.start_soon(a_viewer)
         finally:
             await writes.connection_pool.release(taken)
     finally:
@@ -340,10 +346,9 @@ async def test_a_follow_from_another_process_hurries_the_runs_writes(
         assert await reader.last_seq("run_x") == 0, "quiet: it gathers for QUIET_GATHER"
         await elsewhere.follow("run_y")  # not open here
         await elsewhere.follow("run_x")
-        with anyio.fail_after(2):
-            await eventually(lambda: until_seq(reader, 1))
-            writer.append(step(2))
-            await eventually(lambda: until_seq(reader, 2))
+        await eventually(lambda: until_seq(reader, 1))  # not QUIET_GATHER (60 s)
+        writer.append(step(2))
+        await eventually(lambda: until_seq(reader, 2))
         await elsewhere.cancel("run_x", "Stop")
 
         async def heard() -> bool:
@@ -353,6 +358,20 @@ async def test_a_follow_from_another_process_hurries_the_runs_writes(
         group.cancel_scope.cancel()
     assert writer._followed == {"run_x"}
     assert cancelled == [("run_x", "Stop")], "a cancel is no follow"
+
+
+async def test_a_follow_counts_from_the_streams_start_to_its_end(redis: Redis) -> None:
+    """A follow that comes before the stream's start is sent (a run continued where no
+    ``sync`` waits) is kept; once the stream ends here, it is forgotten."""
+    writer = log_of(redis, f"test-{uuid.uuid4().hex}")
+    writer.open("run_x", after=0)
+    writer.followed("run_x")  # nothing sent yet
+    writer.append(step(1))
+    assert writer._followed == {"run_x"}
+    writer.close("run_x", last=1)
+    assert writer._followed == set()
+    writer.followed("run_x")
+    assert writer._followed == set(), "no longer open here"
 
 
 async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
@@ -401,8 +420,9 @@ async def test_a_batch_that_fails_on_its_way_is_kept_within_the_bound(
 async def test_a_full_batch_goes_without_gathering(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A backlog (what was kept while Redis was away, a burst) goes batch after batch: a
-    batch that cannot grow does not wait for more."""
+    """A backlog (what was kept while Redis was away, a burst) goes batch after batch, and
+    so does a batch that grows full while the writer gathers: a batch that cannot grow
+    does not wait for more."""
     monkeypatch.setattr(redis_log, "GATHER", 60.0)
     monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
     monkeypatch.setattr(redis_log, "BATCH", 10)
@@ -413,4 +433,9 @@ async def test_a_full_batch_goes_without_gathering(
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
         await eventually(lambda: until_seq(writer, 39))  # not GATHER (60 s) a batch
+        writer.append(step(40))  # the writer gathers, for QUIET_GATHER (60 s)
+        await anyio.sleep(0.05)
+        for seq in range(41, 50):
+            writer.append(step(seq))
+        await eventually(lambda: until_seq(writer, 49))
         group.cancel_scope.cancel()

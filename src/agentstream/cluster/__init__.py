@@ -50,12 +50,13 @@ class Cluster:
             max_events=settings.log_max_events,
             followers=self.followers,
         )
-        self.notices = Notices(self.redis, prefix=settings.redis_prefix)
+        self.notices = Notices(self.redis, prefix=settings.redis_prefix, followers=self.followers)
 
     @asynccontextmanager
     async def connected(self, cancel: Callable[[str, str], object]) -> AsyncIterator[None]:
-        """Mirror the log and take cancels (``cancel(run_id, reason)``) while the block
-        runs; then send the last writes. ``ConfigError`` if Redis does not answer."""
+        """Mirror the log, take cancels (``cancel(run_id, reason)``) and hear of follows
+        while the block runs; then send the last writes. ``ConfigError`` if Redis does not
+        answer."""
         try:
             try:
                 await self.redis.ping()

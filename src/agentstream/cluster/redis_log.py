@@ -8,13 +8,14 @@ frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
 
 Writes are queued without waiting and sent in batches by one task per process, each batch
 one call of a script that applies it inside Redis: while a batch is on its way the next one
-gathers, for ``GATHER`` seconds from the start of the one before at least, so a token costs
-a queue append and a share of one command. (The script names its keys in its arguments:
-one Redis server, with replicas or not, not a Redis Cluster.) A stream is trimmed to
-``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its expiry was last renewed
-(every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention`` seconds after it
-ends. Whatever the stream no longer holds, a viewer reads from the store
-(``Subscription.starts_after``).
+gathers, for ``GATHER`` seconds from the start of the one before at least while it holds a
+write of a run another process follows (``followed``), ``QUIET_GATHER`` while it holds
+none, so a token costs a queue append and a share of one command. (The script names its
+keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
+stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
+expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
+``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads
+from the store (``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ then finds a gap and resumes from the store)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
-another process follows (``followed``), or opens or ends a stream: a round trip then
+another process follows (``followed``), or opens a stream: a round trip then
 carries that long's tokens of every stream, where it carried the few that came while the
 one before was on its way (a round trip costs this process more CPU than the tokens in
 it). A viewer in another process sees a token up to that much later (the cluster's
@@ -167,13 +168,17 @@ class RedisLog:
         """Batches go without gathering until this many operations are sent: those a
         ``sync`` waits for."""
         self._gathering: asyncio.Future[None] | None = None
-        """What the writer waits on while a batch gathers: done by a timer, a ``sync``, or
-        a write that hurries it."""
+        """What the writer waits on while a batch gathers: done by a timer, a ``sync``, a
+        follow, a write that hurries it, or a batch grown full."""
+        self._open: set[str] = set()
+        """The streams opened here and not closed yet (as queued, not as sent)."""
         self._followed: set[str] = set()
-        """The runs open here that a process elsewhere follows (until their end is sent)."""
+        """The streams open here that a process elsewhere follows."""
         self._urgent = False
-        """A write queued is of a followed run, or opens or ends a stream: ``GATHER``, not
-        ``QUIET_GATHER``."""
+        """The next batch goes ``GATHER``, not ``QUIET_GATHER``, after the one before: it
+        holds a write of a followed run or a stream's start, a follow came, or a batch
+        failed (late already). Until a batch takes all that is queued."""
+        self._running = False
         self._touched: dict[str, float] = {}
         """When each stream open here last had its expiry renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
@@ -184,6 +189,7 @@ class RedisLog:
     # Mirror: called by the in-process log, in order, never waiting.
 
     def open(self, stream_id: str, *, after: int) -> None:
+        self._open.add(stream_id)
         self.append(_Marker(_OPEN, stream_id, after))
 
     def append(self, change: _Queued) -> None:
@@ -192,26 +198,35 @@ class RedisLog:
         queue = self._queue
         queue.append(change)
         self._pushed += 1
-        if len(queue) == 1:
+        queued = len(queue)
+        if queued == 1:
             self._queued.set()
-        elif len(queue) > MAX_QUEUED:
+        elif queued == BATCH and self._gathering is not None:
+            _release(self._gathering)  # full: it goes without gathering
+        elif queued > MAX_QUEUED:
             self._drop_oldest()
-        if not self._urgent and (change.run_id in self._followed or type(change) is _Marker):
+        if not self._urgent and (
+            change.run_id in self._followed or (type(change) is _Marker and change.kind == _OPEN)
+        ):
             self._hurry()
 
     def close(self, stream_id: str, *, last: int) -> None:
+        """The stream's end goes at once if another process follows it, else with the
+        quiet batches."""
         self.append(_Marker(_END, stream_id, last))
+        self._open.discard(stream_id)
+        self._followed.discard(stream_id)
 
     def followed(self, run_id: str) -> None:
-        """A process elsewhere follows the run (``Notices``): if it is open here, its writes
-        go every ``GATHER`` from now on, and what is queued goes now."""
-        if run_id in self._touched:  # its stream is open here (its end not sent yet)
+        """A process elsewhere follows the run (``Notices``): if its stream is open here,
+        its writes go every ``GATHER`` from now on, and what is queued goes now."""
+        if run_id in self._open:
             self._followed.add(run_id)
             self._hurry()
 
     def _hurry(self) -> None:
         self._urgent = True
-        if self._gathering is not None:  # for QUIET_GATHER, maybe: ``run`` looks again
+        if self._gathering is not None:  # maybe for QUIET_GATHER: ``run`` looks again
             _release(self._gathering)
 
     def _drop_oldest(self) -> None:
@@ -240,36 +255,48 @@ class RedisLog:
         pause = 0.05
         loop = asyncio.get_running_loop()
         started = -QUIET_GATHER
-        while True:
-            await self._queued.wait()
-            while (
-                (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time())
-                > 0
-                and len(self._queue) < BATCH
-                and self._sent >= self._hurry_until
-            ):
-                # A future and a timer, not a cancel scope: a scope's timeout costs a
-                # batch more than it saves.
-                self._gathering = loop.create_future()
-                timer = loop.call_later(gathering, _release, self._gathering)
+        self._running = True
+        try:
+            while True:
+                await self._queued.wait()
+                await self._gathered(loop, started)
+                started = loop.time()
                 try:
-                    await self._gathering
-                finally:
-                    timer.cancel()
-                    self._gathering = None
-            started = loop.time()
+                    await self._send_next()
+                    pause = 0.05
+                except (RedisError, OSError) as exc:
+                    logger.warning("Redis is unreachable (%s); the live log waits", exc)
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+        finally:
+            self._running = False
+
+    async def _gathered(self, loop: asyncio.AbstractEventLoop, started: float) -> None:
+        """Wait until the next batch may start: ``GATHER`` or ``QUIET_GATHER`` after the one
+        before (which started at ``started``), unless it is full or a ``sync`` waits for it.
+        On a bare future and a timer, not in a cancel scope, whose timeout costs a batch
+        more than it saves."""
+        while (
+            (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time()) > 0
+            and len(self._queue) < BATCH
+            and self._sent >= self._hurry_until
+        ):
+            self._gathering = loop.create_future()
+            timer = loop.call_later(gathering, _release, self._gathering)
             try:
-                await self._send_next()
-                pause = 0.05
-            except (RedisError, OSError) as exc:
-                logger.warning("Redis is unreachable (%s); the live log waits", exc)
-                await anyio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+                await self._gathering
+            finally:
+                timer.cancel()
+                self._gathering = None
 
     async def flush(self) -> None:
         """Send everything queued so far (in batches); on failure the unsent part stays
         queued, in order. Not beside ``run``: two batches on their way at once could
-        arrive out of order, and the later one's writes be refused as already there."""
+        arrive out of order, and the later one's writes be refused as already there (and
+        the writer could be left waiting for a wake-up that a write to an empty queue
+        gives only once)."""
+        if self._running:
+            raise RuntimeError("flush() while run() writes")
         while self._queue:
             await self._send_next()
 
@@ -319,7 +346,6 @@ class RedisLog:
                     self._touched[marker.run_id] = now
                 else:
                     self._touched.pop(marker.run_id, None)
-                    self._followed.discard(marker.run_id)
         args: list[int | str | bytes] = [self._max_events, IDLE_EXPIRY, self._retention]
         for refused in await self._apply(args=[*args, self.key(""), b"".join(framed)]):
             logger.error("The live log refused a write: %s", refused)
