@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 class Notices:
+    """This process's end of both channels: it publishes, and ``listen`` hears."""
+
     def __init__(self, redis: Redis, *, prefix: str, followers: Redis | None = None) -> None:
         """``followers``: the client a follow is published on, the one the viewers use
         (``RedisLog``'s), so that many viewers arriving at once queue for its connections

@@ -53,12 +53,12 @@ then finds a gap and resumes from the store)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
-another process follows (``followed``), or opens a stream: a round trip then
-carries that long's tokens of every stream, where it carried the few that came while the
-one before was on its way (a round trip costs this process more CPU than the tokens in
-it). A viewer in another process sees a token up to that much later (the cluster's
-target: p99 under 5 ms added); a batch that comes later than this after the one before,
-that is full already (``BATCH``), or that a ``sync`` waits for, goes at once."""
+another process follows (``followed``), or opens a stream: a round trip then carries that
+long's tokens of every stream, where it carried the few that came while the one before
+was on its way (a round trip costs this process more CPU than the tokens in it). A viewer
+in another process sees a token up to that much later (the cluster's target: p99 under 5
+ms added); a batch that comes later than this after the one before, that is full already
+(``BATCH``), or that a ``sync`` waits for, goes at once."""
 
 QUIET_GATHER = 0.05
 """``GATHER`` while no write queued is of a run another process follows: most runs are
@@ -179,6 +179,7 @@ class RedisLog:
         holds a write of a followed run or a stream's start, a follow came, or a batch
         failed (late already). Until a batch takes all that is queued."""
         self._running = False
+        """``run`` writes: ``flush`` must not beside it."""
         self._touched: dict[str, float] = {}
         """When each stream open here last had its expiry renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
