@@ -170,8 +170,6 @@ class RedisLog:
         self._gathering: asyncio.Future[None] | None = None
         """What the writer waits on while a batch gathers: done by a timer, a ``sync``, a
         follow, a write that hurries it, or a batch grown full."""
-        self._open: set[str] = set()
-        """The streams opened here and not closed yet (as queued, not as sent)."""
         self._followed: set[str] = set()
         """The streams open here that a process elsewhere follows."""
         self._urgent = False
@@ -181,7 +179,8 @@ class RedisLog:
         self._running = False
         """``run`` writes: ``flush`` must not beside it."""
         self._touched: dict[str, float] = {}
-        """When each stream open here last had its expiry renewed (monotonic)."""
+        """The streams opened here and not closed yet (as queued, not as sent), each with
+        when its expiry was last renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
 
     def key(self, run_id: str) -> str:
@@ -190,8 +189,9 @@ class RedisLog:
     # Mirror: called by the in-process log, in order, never waiting.
 
     def open(self, stream_id: str, *, after: int) -> None:
-        self._open.add(stream_id)
+        self._touched[stream_id] = time.monotonic()
         self.append(_Marker(_OPEN, stream_id, after))
+        self._hurry()  # a stream's start goes without the quiet wait
 
     def append(self, change: _Queued) -> None:
         """Queue an event (or a marker); the writer is told only when the queue was empty:
@@ -206,22 +206,20 @@ class RedisLog:
             _release(self._gathering)  # full: it goes without gathering
         elif queued > MAX_QUEUED:
             self._drop_oldest()
-        if not self._urgent and (
-            change.run_id in self._followed or (type(change) is _Marker and change.kind == _OPEN)
-        ):
+        if not self._urgent and change.run_id in self._followed:
             self._hurry()
 
     def close(self, stream_id: str, *, last: int) -> None:
         """The stream's end goes at once if another process follows it, else with the
         quiet batches."""
         self.append(_Marker(_END, stream_id, last))
-        self._open.discard(stream_id)
+        self._touched.pop(stream_id, None)
         self._followed.discard(stream_id)
 
     def followed(self, run_id: str) -> None:
         """A process elsewhere follows the run (``Notices``): if its stream is open here,
         its writes go every ``GATHER`` from now on, and what is queued goes now."""
-        if run_id in self._open:
+        if run_id in self._touched:
             self._followed.add(run_id)
             self._hurry()
 
@@ -341,12 +339,7 @@ class RedisLog:
                         self._touched[run_id] = now
                         framed.append(_framed(_REFRESH, run_id, 0))
                 continue
-            for marker in cast(Iterator[_Marker], changes):
-                framed.append(_framed(marker.kind, marker.run_id, marker.seq))
-                if marker.kind == _OPEN:
-                    self._touched[marker.run_id] = now
-                else:
-                    self._touched.pop(marker.run_id, None)
+            framed += (_framed(m.kind, m.run_id, m.seq) for m in cast(Iterator[_Marker], changes))
         args: list[int | str | bytes] = [self._max_events, IDLE_EXPIRY, self._retention]
         for refused in await self._apply(args=[*args, self.key(""), b"".join(framed)]):
             logger.error("The live log refused a write: %s", refused)
