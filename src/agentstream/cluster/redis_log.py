@@ -60,12 +60,14 @@ in another process sees a token up to that much later (the cluster's target: p99
 ms added); a batch that comes later than this after the one before, that is full already
 (``BATCH``), or that a ``sync`` waits for, goes at once."""
 
-QUIET_GATHER = 0.05
+QUIET_GATHER = 0.25
 """``GATHER`` while no write queued is of a run another process follows: most runs are
 watched only where they execute, and their tokens need reach Redis only for a viewer that
 comes later (who reads them from the stream; a follower tells the run's process first,
 ``followed``, which then hurries). Round trips were most of a cluster process's CPU
-beyond the embedded one's."""
+beyond the embedded one's; under light load each carries few tokens, and a quarter of a
+second took two fifths off what a token cost beyond the embedded process at 400 tokens/s
+(docs/benchmarks.md). Under heavy load a batch fills (``BATCH``) and goes sooner."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
