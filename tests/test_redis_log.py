@@ -15,7 +15,14 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from agentstream.cluster import redis_log
 from agentstream.cluster.notices import Notices
 from agentstream.cluster.redis_log import Entry, RedisLog
-from agentstream.events import Event, ReasoningDelta, StepCompleted, StepStarted, TextDelta
+from agentstream.events import (
+    Event,
+    ReasoningDelta,
+    StepCompleted,
+    StepStarted,
+    Text,
+    TextDelta,
+)
 from conftest import eventually, free_port
 from processes import start_redis
 
@@ -167,6 +174,36 @@ async def test_a_batch_carries_any_run_id_and_any_text_whole(redis: Redis) -> No
         ]
         assert await following.next_batch() == []
         assert following.ended
+
+
+async def test_lone_surrogates_go_through_and_the_writer_goes_on(redis: Redis) -> None:
+    """A provider's JSON may carry half a surrogate pair, which pydantic neither writes
+    nor reads as JSON: a token or a step's text with one comes back as it was, and the
+    writes of the batch beside it and of the batches after it arrive (the writer did not
+    stop at it)."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    written: list[Event] = [
+        TextDelta(run_id="run_x", seq=1, ts=1.5, step=1, delta="plain"),
+        TextDelta(run_id="run_x", seq=2, ts=1.5, step=1, delta="a\ud800b", separator="\udfff"),
+        ReasoningDelta(run_id="run_x", seq=3, ts=1.5, step=1, delta="\ud83d"),
+        Text(run_id="run_x", seq=4, ts=1.5, step=1, text="plaina\ud800b"),
+        TextDelta(run_id="run_x", seq=5, ts=1.5, step=2, delta="\U0001f600 whole"),
+    ]
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        writer.open("run_x", after=0)
+        for event in written[:4]:
+            writer.append(event)
+        await writer.sync()
+        writer.append(written[4])
+        writer.close("run_x", last=5)
+        await writer.sync()
+        group.cancel_scope.cancel()
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    assert await following.next_batch() == written
+    assert await following.next_batch() == []
 
 
 async def test_events_of_every_kind_and_run_interleaved_come_back_as_they_were(

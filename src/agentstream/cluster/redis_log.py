@@ -23,18 +23,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
 import anyio
-from pydantic import TypeAdapter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agentstream import telemetry
-from agentstream.events import Event, EventAdapter
+from agentstream.cluster.wire import event_of, events_json
+from agentstream.events import Event
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
@@ -381,7 +381,7 @@ class RedisLog:
         seq past any of the stream's), then the end marker."""
         key = self.key(last.run_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.xadd(key, {_EVENT: _json_writer(type(last))(last)}, id=f"{last.seq}-0")
+        pipe.xadd(key, {_EVENT: events_json([last])[0]}, id=f"{last.seq}-0")
         pipe.xadd(key, {_END: 1}, id=f"{last.seq}-2")
         pipe.expire(key, self._retention)
         await pipe.execute()
@@ -434,7 +434,7 @@ class RedisSubscription:
                         self._done = True
                         break
                     self._expected = seq + 1
-                    events.append(EventAdapter.validate_json(fields[_EVENT]))
+                    events.append(event_of(fields[_EVENT]))
             if events:
                 return events
         return []
@@ -455,20 +455,6 @@ class RedisSubscription:
 
     def close(self) -> None:
         self._done = True
-
-
-_WRITERS: dict[type[Event], Callable[[Event], bytes]] = {}
-
-
-def _json_writer(kind: type[Event]) -> Callable[[Event], bytes]:
-    """What writes an event of ``kind`` as JSON, as ``EventAdapter`` reads it back: the
-    serializer of the kind's own schema, made the first time. A token's in 0.6 µs, where
-    the adapter's ``dump_json`` (a Python wrapper around it) takes 1.2,
-    ``pydantic_core.to_json`` 1.5 (it infers the fields each time) and the union's
-    (``EventAdapter``) 2.2 (``timeit``)."""
-    if (write := _WRITERS.get(kind)) is None:
-        write = _WRITERS[kind] = TypeAdapter(kind).serializer.to_json
-    return write
 
 
 def _release(waiting: asyncio.Future[None]) -> None:
@@ -492,7 +478,7 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
 def _events_framed(events: list[Event]) -> Iterator[bytes]:
     """``_framed`` for each of ``events`` (of one kind), in C's loops (``map``)."""
     names = list(map(str.encode, map(_RUN_ID, events)))
-    payloads = list(map(_json_writer(type(events[0])), events))
+    payloads = events_json(events)
     return map(
         _FRAME.__mod__,
         zip(
