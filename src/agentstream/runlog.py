@@ -58,8 +58,8 @@ class Mirror(Protocol):
 
     def append(self, event: Event) -> None: ...
 
-    def close(self, stream_id: str, *, last: int) -> None:
-        """The stream ended after seq ``last``."""
+    def close(self, stream_id: str, *, after: int, last: int) -> None:
+        """The stream (opened after seq ``after``) ended after seq ``last``."""
         ...
 
     async def sync(self) -> None:
@@ -360,7 +360,7 @@ class RunLog:
         stream.closed = True
         stream.wake()
         if self.mirror is not None:
-            self.mirror.close(stream_id, last=stream.last_seq)
+            self.mirror.close(stream_id, after=stream.base, last=stream.last_seq)
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
     def _drop(self, stream_id: str, stream: _Stream) -> None:

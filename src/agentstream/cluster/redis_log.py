@@ -66,7 +66,7 @@ watched only where they execute, and their tokens need reach Redis only for a vi
 comes later (who reads them from the stream; a follower tells the run's process first,
 ``followed``, which then hurries). Round trips were most of a cluster process's CPU
 beyond the embedded one's; under light load each carries few tokens, and a quarter of a
-second took two fifths off what a token cost beyond the embedded process at 400 tokens/s
+second took about a third off what a token cost beyond the embedded process at 400 tokens/s
 (docs/benchmarks.md). Under heavy load a batch fills (``BATCH``) and goes sooner."""
 
 SYNC_WAIT = 2.0
@@ -83,9 +83,12 @@ REFRESH_EXPIRY = 60.0
 
 _APPLY = """
 -- ARGV: maxlen, idle expiry, retention, the keys' prefix, then the batch: per operation a
--- line "<kind> <seq> <run id's length> <payload's length>", then the run id and the payload.
+-- line "<kind> <seq> <run id's length> <payload's length>", then the run id and the payload
+-- (an event's JSON; for an open or an end, the seq its part opened after).
 -- An XADD whose id is not past the stream's last is a write sent again after a
--- connection broke mid-batch: skipped. Other refusals are returned.
+-- connection broke mid-batch: skipped. Other refusals are returned. An end of a part other
+-- than the one the stream holds came late (a paused run went on in another process, which
+-- opened the stream again): skipped.
 local maxlen, idle, retention, prefix, batch = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local refused = {}
 local function check(reply)
@@ -111,8 +114,11 @@ while at <= #batch do
     check(redis.pcall('XADD', key, seq .. '-1', 'open', seq))
     redis.call('EXPIRE', key, idle)
   elseif kind == 'end' then
-    check(redis.pcall('XADD', key, seq .. '-2', 'end', 1))
-    redis.call('EXPIRE', key, retention)
+    local first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)[1]
+    if not (first and first[2][1] == 'open' and first[2][2] ~= payload) then
+      check(redis.pcall('XADD', key, seq .. '-2', 'end', 1))
+      redis.call('EXPIRE', key, retention)
+    end
   elseif kind == 'x' then
     redis.call('EXPIRE', key, idle)
   else
@@ -133,6 +139,8 @@ class _Marker(NamedTuple):
     kind: bytes
     run_id: str
     seq: int
+    after: int
+    """The seq the stream opened after (an end says which part it ends)."""
 
 
 _Queued = Event | _Marker
@@ -192,7 +200,7 @@ class RedisLog:
 
     def open(self, stream_id: str, *, after: int) -> None:
         self._touched[stream_id] = time.monotonic()
-        self.append(_Marker(_OPEN, stream_id, after))
+        self.append(_Marker(_OPEN, stream_id, after, after))
         self._hurry()  # a stream's start goes without the quiet wait
 
     def append(self, change: _Queued) -> None:
@@ -211,10 +219,11 @@ class RedisLog:
         if not self._urgent and change.run_id in self._followed:
             self._hurry()
 
-    def close(self, stream_id: str, *, last: int) -> None:
+    def close(self, stream_id: str, *, after: int, last: int) -> None:
         """The stream's end goes at once if another process follows it, else with the
-        quiet batches."""
-        self.append(_Marker(_END, stream_id, last))
+        quiet batches (a viewer elsewhere that comes meanwhile reads it up to
+        ``QUIET_GATHER`` later)."""
+        self.append(_Marker(_END, stream_id, last, after))
         self._touched.pop(stream_id, None)
         self._followed.discard(stream_id)
 
@@ -341,7 +350,10 @@ class RedisLog:
                         self._touched[run_id] = now
                         framed.append(_framed(_REFRESH, run_id, 0))
                 continue
-            framed += (_framed(m.kind, m.run_id, m.seq) for m in cast(Iterator[_Marker], changes))
+            framed += (
+                _framed(m.kind, m.run_id, m.seq, b"%d" % m.after)
+                for m in cast(Iterator[_Marker], changes)
+            )
         args: list[int | str | bytes] = [self._max_events, IDLE_EXPIRY, self._retention]
         for refused in await self._apply(args=[*args, self.key(""), b"".join(framed)]):
             logger.error("The live log refused a write: %s", refused)
@@ -381,7 +393,8 @@ class RedisLog:
         seq past any of the stream's), then the end marker."""
         key = self.key(last.run_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.xadd(key, {_EVENT: events_json([last])[0]}, id=f"{last.seq}-0")
+        _, [payload] = events_json([last])
+        pipe.xadd(key, {_EVENT: payload}, id=f"{last.seq}-0")
         pipe.xadd(key, {_END: 1}, id=f"{last.seq}-2")
         pipe.expire(key, self._retention)
         await pipe.execute()
@@ -477,8 +490,8 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
 
 def _events_framed(events: list[Event]) -> Iterator[bytes]:
     """``_framed`` for each of ``events`` (of one kind), in C's loops (``map``)."""
+    events, payloads = events_json(events)
     names = list(map(str.encode, map(_RUN_ID, events)))
-    payloads = events_json(events)
     return map(
         _FRAME.__mod__,
         zip(
