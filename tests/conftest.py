@@ -22,6 +22,7 @@ import asyncpg
 import httpx
 import pytest
 from filelock import FileLock
+from hypothesis import settings
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -37,6 +38,12 @@ from fakes.server import run_app
 pytest_plugins = ["cluster_fixtures"]
 """The cluster tests' fixtures, in a module of their own (it needs ``processes``, which
 needs this one)."""
+
+settings.register_profile("agentstream", deadline=None)
+settings.load_profile("agentstream")
+"""Property tests have no deadline: Hypothesis's (200 ms an example by default) is a
+wall-clock assert, which a loaded machine fails (the suite beside another one on two
+cores did)."""
 
 
 @dataclass

@@ -352,7 +352,7 @@ def test_a_frame_s_time_is_written_as_datetime_writes_it(ts: float) -> None:
     assert shown["timestamp"] == expected.replace("+00:00", "Z")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(tools=tool_events, redacted=st.sets(st.sampled_from(["a", "b"])))
 def test_no_tool_frame_carries_arguments_or_results(
     tools: list[tuple[str, str, str, str]], redacted: set[str]

@@ -145,7 +145,7 @@ policies = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(turns=runs(), policy=policies)
 def test_public_frames_keep_every_promise(turns: list[Turn], policy: ChatPolicy) -> None:
     events = canonical_events(turns)
@@ -231,7 +231,7 @@ def test_errors_end_the_stream_without_final() -> None:
     assert view.frames(failed) == [{"event": "error", "error": "too slow"}]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     turns=runs(),
     policy=policies,

@@ -106,7 +106,7 @@ policies = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(interleaved(), policies)
 def test_a_token_written_at_once_is_the_frame_the_held_path_makes(
     stream: list[Event], policy: ChatPolicy

@@ -79,9 +79,7 @@ def test_query_words_drop_syntax_case_repeats_and_stop_words() -> None:
     assert query_words("the, and: or!") == []
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.text(min_size=1, max_size=80).filter(str.strip))
 def test_any_text_is_a_query(searcher: Searcher, query: str) -> None:
     results = searcher.search(query)

@@ -265,14 +265,14 @@ def test_redaction_is_idempotent(text: str) -> None:
     assert redact(once) == once
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(_CHUNK, max_size=30))
 def test_random_safe_text_is_unchanged(chunks: list[str]) -> None:
     text = " ".join(chunks)
     assert redact(text) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(_CHUNK, max_size=20), st.data())
 def test_inserted_pii_is_always_replaced_and_the_rest_preserved(
     chunks: list[str], data: st.DataObject

@@ -210,7 +210,7 @@ frames = st.fixed_dictionaries(
 # Generating these inputs is CPU-bound: on a busy machine Hypothesis's "too slow" health
 # check fails the test although nothing is wrong with the decoder. Only that timing
 # heuristic is off; the examples and their number are Hypothesis's defaults.
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=st.lists(frames, max_size=8),
     eol=st.sampled_from(["\n", "\r\n", "\r"]),
