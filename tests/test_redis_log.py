@@ -213,12 +213,34 @@ async def test_a_late_end_of_a_part_does_not_end_the_part_another_process_opened
     assert await empty.next_batch() == []
 
 
+async def test_an_end_on_a_key_of_another_type_is_refused_and_the_batch_goes_on(
+    redis: Redis,
+) -> None:
+    """The script reads a stream's head to place an end: on a key that is no stream (put
+    there by something else), that is a refusal like the writes', not an error of the
+    whole batch, which the writer would send again for ever."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer = log_of(redis, prefix)
+    await redis.set(writer.key("run_w"), "not a stream")
+    batch = (
+        redis_log._framed(b"end", "run_w", 3, b"0")
+        + redis_log._framed(b"open", "run_x", 0, b"0")
+        + redis_log._framed(b"end", "run_x", 0, b"0")
+    )
+    refused = await writer._apply(args=[100, 3600, 60, writer.key(""), batch])
+    assert refused
+    assert all(r.startswith(b"WRONGTYPE") for r in refused)
+    entries: list[Entry] = await redis.xrange(writer.key("run_x"))  # type: ignore[assignment]
+    assert [entry_id for entry_id, _ in entries] == [b"0-1", b"0-2"]
+
+
 async def test_lone_surrogates_go_through_and_the_writer_goes_on(redis: Redis) -> None:
     """A provider's JSON may carry half a surrogate pair, which pydantic neither writes
     nor reads as JSON: a token or a step's text with one comes back as it was, and the
     writes of the batch beside it and of the batches after it arrive (the writer did not
-    stop at it). An event that no JSON library writes (one in a key of a workflow's
-    result) is left out: a hole, which the viewer reads past."""
+    stop at it). One in a key of a workflow's result too. An event that no JSON library
+    writes (an object in a result that JSON has no form for) is left out: a hole, which the
+    viewer reads past."""
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     written: list[Event] = [
@@ -228,7 +250,8 @@ async def test_lone_surrogates_go_through_and_the_writer_goes_on(redis: Redis) -
         Text(run_id="run_x", seq=4, ts=1.5, step=1, text="plaina\ud800b"),
         TextDelta(run_id="run_x", seq=5, ts=1.5, step=2, delta="\U0001f600 whole"),
         RunCompleted(run_id="run_x", seq=6, ts=1.5, result={"\ud800": 1}),
-        RunCompleted(run_id="run_x", seq=7, ts=1.5, result={"ok": ["\udfff"]}),
+        RunCompleted(run_id="run_x", seq=7, ts=1.5, result=object()),
+        RunCompleted(run_id="run_x", seq=8, ts=1.5, result={"ok": ["\udfff"]}),
     ]
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
@@ -238,12 +261,12 @@ async def test_lone_surrogates_go_through_and_the_writer_goes_on(redis: Redis) -
         await writer.sync()
         for event in written[4:]:
             writer.append(event)
-        writer.close("run_x", after=0, last=7)
+        writer.close("run_x", after=0, last=8)
         await writer.sync()
         group.cancel_scope.cancel()
     following = await reader.subscribe("run_x", after=0)
     assert following is not None
-    assert await following.next_batch() == written[:5] + written[6:]
+    assert await following.next_batch() == written[:6] + written[7:]
     assert await following.next_batch() == []
 
 

@@ -114,7 +114,9 @@ while at <= #batch do
     check(redis.pcall('XADD', key, seq .. '-1', 'open', seq))
     redis.call('EXPIRE', key, idle)
   elseif kind == 'end' then
-    local first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)[1]
+    local head = redis.pcall('XRANGE', key, '-', '+', 'COUNT', 1)
+    check(head)
+    local first = not head.err and head[1]
     if not (first and first[2][1] == 'open' and first[2][2] ~= payload) then
       check(redis.pcall('XADD', key, seq .. '-2', 'end', 1))
       redis.call('EXPIRE', key, retention)

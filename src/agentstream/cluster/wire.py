@@ -1,10 +1,11 @@
 """Events as the shared live log holds them: JSON text, as ``EventAdapter`` reads it back.
 
-A string value may hold a lone surrogate (half a pair, which a provider's JSON may carry),
-which pydantic's serializer refuses to write and its parser to read: an event with one is
+A string may hold a lone surrogate (half a pair, which a provider's JSON may carry), which
+pydantic's serializer refuses to write and its parser to read: an event with one is
 written by the standard library, as ``\\ud800`` escapes (the JSON standard allows them),
-and read back by it. An event that neither can write is left out (logged): its seq is a
-hole, which viewers read past, and the writer goes on.
+and read back by it. An event that neither can write (an object in a workflow's result
+that JSON has no form for) is left out and logged: its seq is a hole, which viewers read
+past, and the writer goes on.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentstream.events import Event, EventAdapter
 
@@ -48,9 +49,9 @@ def _json(event: Event, to_json: Callable[[Event], bytes]) -> bytes | None:
     except PydanticSerializationError:
         pass
     try:
-        python = EventAdapter.dump_python(event, mode="json")
-        return json.dumps(python, separators=(",", ":")).encode()
-    except (ValueError, TypeError) as exc:  # UnicodeEncodeError is a ValueError
+        python = EventAdapter.dump_python(event)  # not mode="json": it encodes each key
+        return json.dumps(python, separators=(",", ":"), default=to_jsonable_python).encode()
+    except (ValueError, TypeError) as exc:  # PydanticSerializationError is a ValueError
         logger.error("Left out of the live log, %s %d: %s", event.run_id, event.seq, exc)
         return None
 
