@@ -101,6 +101,115 @@ async def test_a_trimmed_stream_says_where_it_starts_and_a_lagging_viewer_stops_
     assert not lagging.ended, "the run goes on"
 
 
+def token(seq: int, run_id: str = "run_x", *, block_id: str | None = None) -> TextDelta:
+    """A token whose time takes every bit of a float."""
+    return TextDelta(
+        run_id=run_id,
+        seq=seq,
+        ts=1_796_000_000 + seq / 7,
+        block_id=block_id,
+        step=1,
+        delta=f" w{seq}",
+    )
+
+
+async def test_a_runs_tokens_in_a_batch_are_one_entry_read_back_from_any_seq(
+    redis: Redis,
+) -> None:
+    """A run's consecutive tokens in one batch go as one entry (Redis adds one entry, not
+    one a token), keyed by the last one's seq: a viewer that resumes within it gets the
+    tokens after its seq, each equal to the one written (its time to the last bit)."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    written = {
+        run_id: [token(seq, run_id) for seq in range(1, 51)] for run_id in ("run_x", "run_y")
+    }
+    for run_id in written:
+        writer.open(run_id, after=0)
+    for pair in zip(*written.values(), strict=True):  # interleaved, as live runs write
+        for event in pair:
+            writer.append(event)
+    await writer.flush()
+    assert await redis.xlen(writer.key("run_x")) == 2, "the open marker and one pack"
+    for after in (0, 1, 17, 49):
+        following = await reader.subscribe("run_x", after=after)
+        assert following is not None
+        assert await following.next_batch() == written["run_x"][after:]
+    writer.append(token(51))
+    writer.close("run_x", after=0, last=51)
+    await writer.flush()
+    following = await reader.subscribe("run_x", after=50)
+    assert following is not None
+    assert await following.next_batch() == [token(51)]
+    assert await following.next_batch() == []
+    assert following.ended
+
+
+async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in_order(
+    redis: Redis,
+) -> None:
+    """Only tokens of one block and step, with no seq between them missing and none
+    with a separator, are packed together: a workflow's blocks streaming at once, a new
+    step's first token and a hole all come back as they were written, in order."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    written: list[Event] = [
+        *(token(seq, block_id="a" if seq % 3 else "b") for seq in range(1, 10)),
+        token(10, block_id="a"),
+        token(11, block_id="a"),
+        token(13, block_id="a"),  # 12 could not be stored: a hole
+        token(14, block_id="a"),
+        TextDelta(
+            run_id="run_x", seq=15, ts=2.0, block_id="a", step=2, delta="x", separator="\n\n"
+        ),
+        TextDelta(
+            run_id="run_x", seq=16, ts=2.0, block_id="a", step=2, delta="y", separator="\n\n"
+        ),
+        TextDelta(run_id="run_x", seq=17, ts=2.0, block_id="a", step=2, delta="z"),
+        TextDelta(run_id="run_x", seq=18, ts=2.0, block_id="a", step=3, delta="z"),
+        ReasoningDelta(run_id="run_x", seq=19, ts=2.5, block_id="a", step=3, delta="r"),
+        ReasoningDelta(run_id="run_x", seq=20, ts=2.5, block_id="a", step=3, delta="s"),
+    ]
+    writer.open("run_x", after=0)
+    for event in written:
+        writer.append(event)
+    writer.close("run_x", after=0, last=20)
+    await writer.flush()
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    assert await following.next_batch() == written
+    assert await following.next_batch() == []
+
+
+async def test_a_stream_trimmed_to_a_pack_says_where_it_starts_and_a_lagging_viewer_stops(
+    redis: Redis,
+) -> None:
+    """Trimming keeps about the last ``max_events`` seqs, packed or not: a late viewer
+    starts at the first token of the stream's first pack, and a viewer lagging behind it
+    stops at the gap rather than skip it."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix, max_events=10), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    writer.append(token(1))
+    await writer.flush()
+    lagging = await reader.subscribe("run_x", after=0)
+    assert lagging is not None
+    assert await lagging.next_batch() == [token(1)]
+    for first in range(2, 996, 7):  # packs of 7 tokens, from 2, 9, 16 ... to 995
+        for seq in range(first, first + 7):
+            writer.append(token(seq))
+        await writer.flush()
+    assert await redis.xlen(writer.key("run_x")) < 1000 // 7, "trimmed"
+    late = await reader.subscribe("run_x", after=0)
+    assert late is not None
+    assert late.starts_after > 1
+    assert late.starts_after % 7 == 1, "a pack's first token begins the stream"
+    events = await late.next_batch()
+    assert await seqs(events) == list(range(late.starts_after + 1, 996))
+    assert await lagging.next_batch() == [], "a gap ends the viewer (it resumes elsewhere)"
+    assert not lagging.ended
+
+
 async def test_writes_made_while_redis_is_away_arrive_once_it_is_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

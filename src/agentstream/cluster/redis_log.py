@@ -2,7 +2,8 @@
 
 The process that executes a run keeps its in-process log (its own viewers read that, at no
 cost) and mirrors it here, so any other process can follow the run with ``XREAD BLOCK``.
-Entries are keyed by seq (``<seq>-0``), so a viewer resumes from any seq; two markers
+Entries are keyed by seq (``<seq>-0``), so a viewer resumes from any seq: an event (``e``),
+or a run's consecutive tokens packed (``p``, keyed by the last one's seq). Two markers
 frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
 ``<last>-2`` closes it (``end``).
 
@@ -10,12 +11,12 @@ Writes are queued without waiting and sent in batches by one task per process, e
 one call of a script that applies it inside Redis: while a batch is on its way the next one
 gathers, for ``GATHER`` seconds from the start of the one before at least while it holds a
 write of a run another process follows (``followed``), ``QUIET_GATHER`` while it holds
-none, so a token costs a queue append and a share of one command. (The script names its
-keys in its arguments: one Redis server, with replicas or not, not a Redis Cluster.) A
-stream is trimmed to ``max_events`` (about), kept for ``IDLE_EXPIRY`` seconds after its
-expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
-``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads
-from the store (``Subscription.starts_after``).
+none, so a token costs a queue append, its share of a pack and of one command. (The
+script names its keys in its arguments: one Redis server, with replicas or not, not a
+Redis Cluster.) A stream is trimmed to its last ``max_events`` seqs (about), kept for
+``IDLE_EXPIRY`` seconds after its expiry was last renewed (every ``REFRESH_EXPIRY``
+seconds while the run writes), and ``retention`` seconds after it ends. Whatever the
+stream no longer holds, a viewer reads from the store (``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -33,8 +34,15 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agentstream import telemetry
-from agentstream.cluster.wire import event_of, events_json
-from agentstream.events import Event
+from agentstream.cluster.wire import (
+    PACKED,
+    event_of,
+    events_json,
+    packed_events,
+    packed_first_seq,
+    tokens_json,
+)
+from agentstream.events import Event, Token
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
@@ -76,7 +84,7 @@ BLOCK_MS = 2_000
 """How long one ``XREAD`` waits before checking that the stream still exists (under
 redis-py's socket timeout, 5 s by default)."""
 
-_OPEN, _EVENT, _END, _REFRESH = b"open", b"e", b"end", b"x"
+_OPEN, _EVENT, _PACK, _END, _REFRESH = b"open", b"e", b"p", b"end", b"x"
 
 REFRESH_EXPIRY = 60.0
 """Seconds between two renewals of a running stream's expiry (``IDLE_EXPIRY``)."""
@@ -84,7 +92,8 @@ REFRESH_EXPIRY = 60.0
 _APPLY = """
 -- ARGV: maxlen, idle expiry, retention, the keys' prefix, then the batch: per operation a
 -- line "<kind> <seq> <run id's length> <payload's length>", then the run id and the payload
--- (an event's JSON; for an open or an end, the seq its part opened after).
+-- (an event's JSON, or a pack's, keyed by its last seq; for an open or an end, the seq its
+-- part opened after). A stream keeps about the last maxlen seqs.
 -- An XADD whose id is not past the stream's last is a write sent again after a
 -- connection broke mid-batch: skipped. Other refusals are returned. An end of a part other
 -- than the one the stream holds came late (a paused run went on in another process, which
@@ -107,8 +116,9 @@ while at <= #batch do
   local key = prefix .. string.sub(batch, id, id + named - 1)
   local payload = string.sub(batch, id + named, id + named + length - 1)
   at = id + named + length
-  if kind == 'e' then
-    check(redis.pcall('XADD', key, 'MAXLEN', '~', maxlen, seq .. '-0', 'e', payload))
+  if kind == 'e' or kind == 'p' then
+    local oldest = math.max(seq - maxlen, 0)
+    check(redis.pcall('XADD', key, 'MINID', '~', oldest, seq .. '-0', kind, payload))
   elseif kind == 'open' then
     redis.call('DEL', key)
     check(redis.pcall('XADD', key, seq .. '-1', 'open', seq))
@@ -340,13 +350,13 @@ class RedisLog:
         order. The batch goes as one argument (``_framed``), not four a token: redis-py
         spends more CPU on a command's arguments than Redis does on an ``XADD``. Events
         are taken a kind at a time, so their JSON and framing are C's loops, not one
-        Python call each."""
+        Python call each, and each run's tokens go packed (``_tokens_framed``)."""
         now = time.monotonic()
         framed: list[bytes] = []
         for kind, changes in groupby(batch, type):
             if kind is not _Marker:
                 events = cast(list[Event], list(changes))
-                framed += _events_framed(events)
+                framed += _tokens_framed(events) if kind in PACKED else _events_framed(events)
                 for run_id in set(map(_RUN_ID, events)):
                     if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
                         self._touched[run_id] = now
@@ -372,9 +382,9 @@ class RedisLog:
         first, last = await pipe.execute()
         if not first:
             return None
-        first_id, first_fields = first[0]
+        first_fields = first[0][1]
         base = (
-            int(first_fields[_OPEN]) if _OPEN in first_fields else _seq(first_id) - 1
+            int(first_fields[_OPEN]) if _OPEN in first_fields else _first_seq(first[0]) - 1
         )  # an event first: the ones before it were trimmed
         return RedisSubscription(
             self._followers,
@@ -444,12 +454,17 @@ class RedisSubscription:
                     self._done = self.ended = True
                     break
                 if _EVENT in fields:
-                    seq = _seq(entry_id)
-                    if seq != self._expected and await self._trimmed():
-                        self._done = True
-                        break
-                    self._expected = seq + 1
-                    events.append(event_of(fields[_EVENT]))
+                    read = [event_of(fields[_EVENT])]
+                elif _PACK in fields:
+                    read = packed_events(fields[_PACK])
+                else:
+                    continue
+                first = read[0].seq
+                if first > self._expected and await self._trimmed():
+                    self._done = True
+                    break
+                events += read[max(self._expected - first, 0) :]  # a pack it resumed within
+                self._expected = _seq(entry_id) + 1
             if events:
                 return events
         return []
@@ -466,7 +481,9 @@ class RedisSubscription:
         behind (the stream now starts past it), rather than never written (a run's event
         that could not be stored is not published: its seq is a hole)."""
         first = cast(list[Entry], await self._redis.xrange(self._key, count=1))
-        return bool(first) and _EVENT in first[0][1] and _seq(first[0][0]) > self._expected
+        if not first or not (_EVENT in first[0][1] or _PACK in first[0][1]):
+            return False
+        return _first_seq(first[0]) > self._expected
 
     def close(self) -> None:
         self._done = True
@@ -490,6 +507,17 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
     return _FRAME % (kind, seq, len(name), len(payload), name, payload)
 
 
+def _tokens_framed(tokens: list[Event]) -> Iterable[bytes]:
+    """``_framed`` for ``tokens`` (of one kind): each run's packed where they can be
+    (``tokens_json``). A batch with a token a run (a followed run's) has nothing to pack."""
+    if len(set(map(_RUN_ID, tokens))) == len(tokens):
+        return _events_framed(tokens)
+    return [
+        _framed(_PACK if packed else _EVENT, token.run_id, token.seq, payload)
+        for packed, token, payload in tokens_json(cast(list[Token], tokens))
+    ]
+
+
 def _events_framed(events: list[Event]) -> Iterator[bytes]:
     """``_framed`` for each of ``events`` (of one kind), in C's loops (``map``)."""
     events, payloads = events_json(events)
@@ -504,3 +532,9 @@ def _events_framed(events: list[Event]) -> Iterator[bytes]:
 
 def _seq(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
+
+
+def _first_seq(entry: Entry) -> int:
+    """The seq of an entry's first event: its own, or its pack's first token's."""
+    entry_id, fields = entry
+    return packed_first_seq(fields[_PACK]) if _PACK in fields else _seq(entry_id)

@@ -1,4 +1,5 @@
-"""Events as the shared live log holds them: JSON text, as ``EventAdapter`` reads it back.
+"""Events as the shared live log holds them: JSON text, as ``EventAdapter`` reads it back;
+and a run's consecutive tokens packed into one payload (``tokens_json``).
 
 A string may hold a lone surrogate (half a pair, which a provider's JSON may carry), which
 pydantic's serializer refuses to write and its parser to read: an event with one is
@@ -13,15 +14,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from itertools import groupby, repeat
+from operator import attrgetter
+from typing import TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from agentstream.events import Event, EventAdapter
+from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token
 
-__all__ = ["event_of", "events_json"]
+__all__ = ["PACKED", "event_of", "events_json", "packed_events", "packed_first_seq", "tokens_json"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _SERIALIZERS: dict[type[Event], Callable[[Event], bytes]] = {}
 
@@ -58,9 +65,108 @@ def _json(event: Event, to_json: Callable[[Event], bytes]) -> bytes | None:
 
 def event_of(payload: bytes) -> Event:
     """The event written as ``payload`` (``events_json``)."""
+    return _read(EventAdapter, payload)
+
+
+def _read(adapter: TypeAdapter[T], payload: bytes) -> T:
+    """``payload`` read by pydantic's parser, or by the standard library's where it found
+    invalid JSON (a lone surrogate's escape, maybe)."""
     try:
-        return EventAdapter.validate_json(payload)
+        return adapter.validate_json(payload)
     except ValidationError as exc:
         if exc.errors()[0]["type"] != "json_invalid":
             raise
-        return EventAdapter.validate_python(json.loads(payload))  # a lone surrogate, maybe
+        return adapter.validate_python(json.loads(payload))
+
+
+PACKED: dict[type[Token], str] = {TextDelta: "text_delta", ReasoningDelta: "reasoning_delta"}
+"""The kinds of event whose runs of consecutive ones go packed: a run's tokens."""
+
+
+@dataclass(slots=True)
+class _Pack:
+    """A run's consecutive tokens of one kind, block and step."""
+
+    type: str
+    run_id: str
+    seq: int
+    """The first token's."""
+    block_id: str | None
+    step: int
+    ts: list[float]
+    deltas: list[str]
+
+
+_PACKS = TypeAdapter(_Pack)
+_KINDS = {name: kind for kind, name in PACKED.items()}
+_RUN_ID, _TS, _DELTA = attrgetter("run_id"), attrgetter("ts"), attrgetter("delta")
+_PLACES = {
+    TextDelta: attrgetter("run_id", "block_id", "step", "separator"),
+    ReasoningDelta: attrgetter("run_id", "block_id", "step"),
+}
+"""Tokens of a pack share these."""
+
+
+def tokens_json(tokens: list[Token]) -> list[tuple[bool, Token, bytes]]:
+    """``tokens`` (of one kind, of any runs, each run's in seq order) as entries of the
+    shared log, each run's in order: whether the entry is a pack, the token whose seq
+    keys it, and its JSON. A run's consecutive tokens of one block and step, none with a
+    separator, go as one pack (``packed_events``); the others one by one. A pack's JSON
+    takes half the time of its tokens' own, and it is one entry: a stream's entries, and
+    Redis's work, are a few times fewer."""
+    entries: list[tuple[bool, Token, bytes]] = []
+    for _, group in groupby(sorted(tokens, key=_RUN_ID), _PLACES[type(tokens[0])]):
+        same = list(group)  # sorted stably: each run's stay in order
+        first, last = same[0], same[-1]
+        if (
+            len(same) == 1
+            or last.seq - first.seq != len(same) - 1  # a hole: an event not written
+            or (type(first) is TextDelta and first.separator)
+        ):
+            written, payloads = events_json(cast(list[Event], same))
+            entries += zip(repeat(False), cast(list[Token], written), payloads)
+        else:
+            entries.append((True, last, _pack_json(same)))
+    return entries
+
+
+def _pack_json(tokens: list[Token]) -> bytes:
+    """One pack's JSON: by pydantic's serializer, or the standard library's for a lone
+    surrogate (as for an event's)."""
+    first = tokens[0]
+    pack = _Pack(
+        type=PACKED[type(first)],
+        run_id=first.run_id,
+        seq=first.seq,
+        block_id=first.block_id,
+        step=first.step,
+        ts=list(map(_TS, tokens)),
+        deltas=list(map(_DELTA, tokens)),
+    )
+    try:
+        return _PACKS.serializer.to_json(pack)
+    except PydanticSerializationError:  # a lone surrogate
+        return json.dumps(asdict(pack), separators=(",", ":")).encode()
+
+
+def packed_events(payload: bytes) -> list[Event]:
+    """The tokens packed as ``payload`` (``tokens_json``), equal to those that were."""
+    pack = _read(_PACKS, payload)
+    kind, seq = _KINDS[pack.type], pack.seq
+    events: list[Event] = [
+        kind(
+            run_id=pack.run_id,
+            seq=seq + i,
+            ts=ts,
+            block_id=pack.block_id,
+            step=pack.step,
+            delta=delta,
+        )
+        for i, (ts, delta) in enumerate(zip(pack.ts, pack.deltas, strict=True))
+    ]
+    return events
+
+
+def packed_first_seq(payload: bytes) -> int:
+    """The seq of the first token packed as ``payload``."""
+    return _read(_PACKS, payload).seq
