@@ -16,6 +16,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from redis.asyncio import Redis
 from sqlalchemy import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from typer.testing import CliRunner, Result
@@ -309,6 +310,26 @@ def test_a_redis_that_does_not_answer_is_one_line_for_check_and_serve(
     assert result.exit_code == 1
     assert problems(result) == [
         f"Cannot reach Redis at {where}: connection refused (is the server running?)"
+    ]
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_redis_older_than_the_live_log_needs_is_one_line_for_check_and_serve(
+    postgres_url: str, tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live log trims by seq (``XADD ... MINID``, Redis 6.2): on an older server every
+    event's write would be refused, and viewers elsewhere would see none."""
+
+    async def info(self: Redis, section: str) -> dict[str, str]:
+        return {"redis_version": "6.0.16"}
+
+    monkeypatch.setattr(Redis, "info", info)
+    monkeypatch.setenv("AGENTSTREAM_REDIS_URL", "redis://127.0.0.1:6379/0")
+    args = [command, "--database-url", postgres_url, "--port", str(free_port())]
+    result = invoke(*args, "--data-dir", str(tmp_path / "data"))
+    assert result.exit_code == 1
+    assert problems(result) == [
+        "Redis at 127.0.0.1:6379/0 is 6.0.16: cluster mode needs 6.2 or later"
     ]
 
 

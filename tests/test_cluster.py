@@ -184,8 +184,12 @@ def test_the_live_log_is_in_redis_under_the_prefix_and_expires_after_the_run(
     key = f"{a.live.settings.redis_prefix}:log:{frames[0]['run_id']}"
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     last = frames[-1]["seq"]
-    wait_until(lambda: client.exists(key) and client.xrevrange(key, count=1)[0][0] == f"{last}-2")
-    entries: list[tuple[str, dict[str, str]]] = client.xrange(key)  # type: ignore[assignment]
+
+    def entries_now() -> list[tuple[str, dict[str, str]]]:
+        return client.xrange(key)  # type: ignore[return-value]
+
+    wait_until(lambda: entries_now()[-1:] == [(f"{last}-2", {"end": "1"})])
+    entries = entries_now()
     assert entries[0] == ("0-1", {"open": "0"})
     assert entries[-1] == (f"{last}-2", {"end": "1"})
     written: list[int] = []  # the seqs of the entries between, in order

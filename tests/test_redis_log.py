@@ -210,6 +210,24 @@ async def test_a_stream_trimmed_to_a_pack_says_where_it_starts_and_a_lagging_vie
     assert not lagging.ended
 
 
+async def test_a_stream_keeps_about_its_last_max_events_seqs_however_packed(
+    redis: Redis,
+) -> None:
+    """``max_events`` counts seqs, not entries: a stream of packs is trimmed too, where
+    counting entries would keep seven times as many tokens; and never below it."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix, max_events=1000), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    for first in range(1, 2100, 7):  # 300 packs of 7 tokens: seqs 1 to 2100
+        for seq in range(first, first + 7):
+            writer.append(token(seq))
+        await writer.flush()
+    late = await reader.subscribe("run_x", after=0)
+    assert late is not None
+    assert 0 < late.starts_after <= 2100 - 1000, "trimmed, to no fewer than 1,000 seqs"
+    assert await seqs(await late.next_batch()) == list(range(late.starts_after + 1, 2101))
+
+
 async def test_writes_made_while_redis_is_away_arrive_once_it_is_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -95,9 +95,10 @@ _APPLY = """
 -- (an event's JSON, or a pack's, keyed by its last seq; for an open or an end, the seq its
 -- part opened after). A stream keeps about the last maxlen seqs.
 -- An XADD whose id is not past the stream's last is a write sent again after a
--- connection broke mid-batch: skipped. Other refusals are returned. An end of a part other
--- than the one the stream holds came late (a paused run went on in another process, which
--- opened the stream again): skipped.
+-- connection broke mid-batch: skipped (a pack sent again with newer tokens goes in,
+-- overlapping the one before: viewers skip what they have read). Other refusals are
+-- returned. An end of a part other than the one the stream holds came late (a paused run
+-- went on in another process, which opened the stream again): skipped.
 local maxlen, idle, retention, prefix, batch = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local refused = {}
 local function check(reply)
@@ -385,7 +386,7 @@ class RedisLog:
         first_fields = first[0][1]
         base = (
             int(first_fields[_OPEN]) if _OPEN in first_fields else _first_seq(first[0]) - 1
-        )  # an event first: the ones before it were trimmed
+        )  # an event or a pack first: the ones before it were trimmed
         return RedisSubscription(
             self._followers,
             key,
@@ -463,7 +464,9 @@ class RedisSubscription:
                 if first > self._expected and await self._trimmed():
                     self._done = True
                     break
-                events += read[max(self._expected - first, 0) :]  # a pack it resumed within
+                # A pack it resumed within, or one that overlaps the one before (a batch
+                # sent again after its reply was lost, with newer tokens of the run).
+                events += read[max(self._expected - first, 0) :]
                 self._expected = _seq(entry_id) + 1
             if events:
                 return events

@@ -162,9 +162,40 @@ async def check_redis(settings: Settings, report: Report) -> None:
         )
         report.problems.append(Problem(f"Cannot reach Redis at {where}: {reason}"))
     else:
-        report.passed.append(f"Redis at {where}: answers (keys under {settings.redis_prefix!r})")
+        version = await _redis_version(client)
+        if version is not None and _older(version, REDIS_NEEDED):
+            report.problems.append(
+                Problem(
+                    f"Redis at {where} is {version}: cluster mode needs {REDIS_NEEDED} or later"
+                )
+            )
+        else:
+            report.passed.append(
+                f"Redis at {where}: answers (keys under {settings.redis_prefix!r})"
+            )
     finally:
         await client.aclose()
+
+
+REDIS_NEEDED = "6.2"
+"""The live log trims each run's stream by seq (``XADD ... MINID``, Redis 6.2)."""
+
+
+async def _redis_version(client: Redis) -> str | None:
+    """The server's version, from ``INFO``; None if it will not say (a managed Redis may
+    refuse the command): not judged then."""
+    try:
+        return str((await client.info("server"))["redis_version"])
+    except (RedisError, KeyError):
+        return None
+
+
+def _older(version: str, than: str) -> bool:
+    """``version`` is before ``than`` (major and minor); False if it is in another form."""
+    try:
+        return tuple(map(int, version.split(".")[:2])) < tuple(map(int, than.split(".")))
+    except ValueError:
+        return False
 
 
 def check_port(settings: Settings, report: Report) -> None:
