@@ -58,6 +58,29 @@ async def seqs(events: list[Event]) -> list[int]:
     return [event.seq for event in events]
 
 
+async def read_back(redis: Redis, written: list[Event]) -> dict[str, list[Event]]:
+    """``written`` appended in order (each run's stream opened before, ended after) and
+    sent; then each run's events as another process reads them, to the stream's end."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    runs = list(dict.fromkeys(event.run_id for event in written))
+    for run_id in runs:
+        writer.open(run_id, after=0)
+    for event in written:
+        writer.append(event)
+    for run_id in runs:
+        writer.close(run_id, after=0, last=max(e.seq for e in written if e.run_id == run_id))
+    await writer.flush()
+    read: dict[str, list[Event]] = {}
+    for run_id in runs:
+        following = await reader.subscribe(run_id, after=0)
+        assert following is not None
+        read[run_id] = await following.next_batch()
+        assert await following.next_batch() == []
+        assert following.ended
+    return read
+
+
 async def test_another_process_reads_a_run_from_any_seq_to_its_end(redis: Redis) -> None:
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
@@ -77,28 +100,6 @@ async def test_another_process_reads_a_run_from_any_seq_to_its_end(redis: Redis)
     assert following.ended
     assert await reader.last_seq("run_x") == 6
     assert await reader.subscribe("run_y", after=0) is None, "no stream: the store has it"
-
-
-async def test_a_trimmed_stream_says_where_it_starts_and_a_lagging_viewer_stops_at_a_gap(
-    redis: Redis,
-) -> None:
-    prefix = f"test-{uuid.uuid4().hex}"
-    writer, reader = log_of(redis, prefix, max_events=10), log_of(redis, prefix)
-    writer.open("run_x", after=0)
-    writer.append(step(1))
-    await writer.flush()
-    lagging = await reader.subscribe("run_x", after=0)
-    assert lagging is not None
-    for seq in range(2, 400):
-        writer.append(step(seq))
-        await writer.flush()  # one XADD at a time: each one trims
-    late = await reader.subscribe("run_x", after=0)
-    assert late is not None
-    assert late.starts_after > 1, "the store has the events before the stream's first"
-    first = await late.next_batch()
-    assert first[0].seq == late.starts_after + 1
-    assert await lagging.next_batch() == [], "a gap ends the viewer (it resumes elsewhere)"
-    assert not lagging.ended, "the run goes on"
 
 
 def token(seq: int, run_id: str = "run_x", *, block_id: str | None = None) -> TextDelta:
@@ -151,8 +152,6 @@ async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in
     """Only tokens of one block and step, with no seq between them missing and none
     with a separator, are packed together: a workflow's blocks streaming at once, a new
     step's first token and a hole all come back as they were written, in order."""
-    prefix = f"test-{uuid.uuid4().hex}"
-    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     written: list[Event] = [
         *(token(seq, block_id="a" if seq % 3 else "b") for seq in range(1, 10)),
         token(10, block_id="a"),
@@ -170,44 +169,43 @@ async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in
         ReasoningDelta(run_id="run_x", seq=19, ts=2.5, block_id="a", step=3, delta="r"),
         ReasoningDelta(run_id="run_x", seq=20, ts=2.5, block_id="a", step=3, delta="s"),
     ]
-    writer.open("run_x", after=0)
-    for event in written:
-        writer.append(event)
-    writer.close("run_x", after=0, last=20)
-    await writer.flush()
-    following = await reader.subscribe("run_x", after=0)
-    assert following is not None
-    assert await following.next_batch() == written
-    assert await following.next_batch() == []
+    assert await read_back(redis, written) == {"run_x": written}
 
 
-async def test_a_stream_trimmed_to_a_pack_says_where_it_starts_and_a_lagging_viewer_stops(
-    redis: Redis,
+@pytest.mark.parametrize(
+    ("first", "batches"),
+    [
+        (step(1), [[step(seq)] for seq in range(2, 400)]),
+        (token(1), [[token(seq) for seq in range(n, n + 7)] for n in range(2, 996, 7)]),
+    ],
+    ids=["an entry each", "packs of 7"],
+)
+async def test_a_trimmed_stream_says_where_it_starts_and_a_lagging_viewer_stops_at_a_gap(
+    redis: Redis, first: Event, batches: list[list[Event]]
 ) -> None:
     """Trimming keeps about the last ``max_events`` seqs, packed or not: a late viewer
-    starts at the first token of the stream's first pack, and a viewer lagging behind it
-    stops at the gap rather than skip it."""
+    starts at the stream's first entry (a pack's first token), and a viewer lagging behind
+    it stops at the gap rather than skip it."""
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix, max_events=10), log_of(redis, prefix)
     writer.open("run_x", after=0)
-    writer.append(token(1))
+    writer.append(first)
     await writer.flush()
     lagging = await reader.subscribe("run_x", after=0)
     assert lagging is not None
-    assert await lagging.next_batch() == [token(1)]
-    for first in range(2, 996, 7):  # packs of 7 tokens, from 2, 9, 16 ... to 995
-        for seq in range(first, first + 7):
-            writer.append(token(seq))
-        await writer.flush()
-    assert await redis.xlen(writer.key("run_x")) < 1000 // 7, "trimmed"
+    assert await lagging.next_batch() == [first]
+    for batch in batches:
+        for event in batch:
+            writer.append(event)
+        await writer.flush()  # an entry or a pack at a time: each one trims
     late = await reader.subscribe("run_x", after=0)
     assert late is not None
-    assert late.starts_after > 1
-    assert late.starts_after % 7 == 1, "a pack's first token begins the stream"
-    events = await late.next_batch()
-    assert await seqs(events) == list(range(late.starts_after + 1, 996))
+    assert late.starts_after > 1, "the store has the events before the stream's first"
+    assert late.starts_after + 1 in {batch[0].seq for batch in batches}
+    last = batches[-1][-1].seq
+    assert await seqs(await late.next_batch()) == list(range(late.starts_after + 1, last + 1))
     assert await lagging.next_batch() == [], "a gap ends the viewer (it resumes elsewhere)"
-    assert not lagging.ended
+    assert not lagging.ended, "the run goes on"
 
 
 async def test_a_stream_keeps_about_its_last_max_events_seqs_however_packed(
@@ -402,11 +400,8 @@ async def test_events_of_every_kind_and_run_interleaved_come_back_as_they_were(
 ) -> None:
     """A batch is written a kind at a time (each kind's events framed together): runs
     and kinds interleaved in it still come back equal, each run's in its order."""
-    prefix = f"test-{uuid.uuid4().hex}"
-    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     written: dict[str, list[Event]] = {"run_a": [], "run_b": []}
-    for run_id in written:
-        writer.open(run_id, after=0)
+    interleaved: list[Event] = []
 
     def made(seq: int, run_id: str) -> Event:
         match seq % 5:
@@ -427,15 +422,8 @@ async def test_events_of_every_kind_and_run_interleaved_come_back_as_they_were(
         for run_id in ("run_a", "run_a", "run_b") if seq % 3 else ("run_b", "run_a"):
             event = made(len(written[run_id]) + 1, run_id)
             written[run_id].append(event)
-            writer.append(event)
-    for run_id, events in written.items():
-        writer.close(run_id, after=0, last=len(events))
-    await writer.flush()
-    for run_id, events in written.items():
-        following = await reader.subscribe(run_id, after=0)
-        assert following is not None
-        assert await following.next_batch() == events
-        assert await following.next_batch() == []
+            interleaved.append(event)
+    assert await read_back(redis, interleaved) == written
 
 
 async def test_an_operation_the_script_cannot_read_is_refused_not_sent_again(
