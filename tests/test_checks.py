@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from agentstream import cli
 from agentstream.config import Settings
+from agentstream.server import checks
 from agentstream.store import Store
 from conftest import free_port, make_settings, serve, stream_frames
 
@@ -331,6 +332,23 @@ def test_a_redis_older_than_the_live_log_needs_is_one_line_for_check_and_serve(
     assert problems(result) == [
         "Redis at 127.0.0.1:6379/0 is 6.0.16: cluster mode needs 6.2 or later"
     ]
+
+
+@pytest.mark.parametrize(
+    ("version", "older"),
+    [
+        ("6.0.16", True),
+        ("5.0.14", True),
+        ("6.2.0", False),
+        ("6.2.0-rc1", False),
+        ("7.2.4", False),
+        ("10.0.0", False),
+        ("v7.0", False),  # another form: not judged
+        ("7", False),
+    ],
+)
+def test_a_redis_version_is_older_by_its_major_and_minor(version: str, older: bool) -> None:
+    assert checks._older(version, checks.REDIS_NEEDED) is older
 
 
 def test_check_says_that_redis_answers(

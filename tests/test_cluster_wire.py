@@ -3,11 +3,13 @@ text (half a surrogate pair included) and any time, each run's in order."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agentstream.cluster.wire import event_of, packed_events, tokens_json
-from agentstream.events import Event, TextDelta
+from agentstream.events import Event, ReasoningDelta, TextDelta
 
 texts = st.text(st.characters() | st.sampled_from(["\ud800", "\udfff", "\n", '"', "\\"]))
 
@@ -33,3 +35,13 @@ def test_tokens_come_back_equal_and_each_runs_in_order(
         read += entry
     for run_id in seqs:
         assert [e for e in read if e.run_id == run_id] == [t for t in tokens if t.run_id == run_id]
+
+
+def test_a_pack_carries_every_field_of_a_token() -> None:
+    """A pack writes a token's fields by name (``wire._Pack``): a field a token gains must
+    be packed too, or it is lost on its way to another process."""
+    packed = {"run_id", "seq", "ts", "block_id", "step", "type", "delta"}
+    assert {field.name for field in fields(ReasoningDelta)} == packed
+    assert {field.name for field in fields(TextDelta)} == packed | {"separator"}, (
+        "a separator is never packed (a token with one goes alone)"
+    )

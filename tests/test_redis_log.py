@@ -146,6 +146,38 @@ async def test_a_runs_tokens_in_a_batch_are_one_entry_read_back_from_any_seq(
     assert following.ended
 
 
+@pytest.mark.parametrize(("per_run", "entries"), [(3, 3), (4, 1)])
+async def test_a_batch_packs_a_runs_tokens_from_four_of_them(
+    redis: Redis, per_run: int, entries: int
+) -> None:
+    """Below four tokens a run a batch, sorting and grouping them costs more than packing
+    saves (``PACKED_FROM``): they go one by one."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer = log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    for seq in range(1, per_run + 1):
+        writer.append(token(seq))
+    await writer.flush()
+    assert await redis.xlen(writer.key("run_x")) == 1 + entries
+
+
+@pytest.mark.parametrize("first", [2, 5], ids=["one by one", "packed"])
+async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, first: int) -> None:
+    """A batch whose reply was lost goes again with what came meanwhile: the run's pack
+    then overlaps what the first one wrote, and a viewer reads each token once, from any
+    seq."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    await writer.flush()
+    await writer._send([token(seq) for seq in range(1, first + 1)])
+    await writer._send([token(seq) for seq in range(1, 10)])  # sent again, with more
+    for after in (0, first):
+        following = await reader.subscribe("run_x", after=after)
+        assert following is not None
+        assert await following.next_batch() == [token(seq) for seq in range(after + 1, 10)]
+
+
 async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in_order(
     redis: Redis,
 ) -> None:

@@ -359,7 +359,7 @@ class RedisLog:
                 events = cast(list[Event], list(changes))
                 runs = set(map(_RUN_ID, events))
                 if kind in PACKED:
-                    framed += _tokens_framed(events, runs=len(runs))
+                    framed += _tokens_framed(events, run_count=len(runs))
                 else:
                     framed += _events_framed(events)
                 for run_id in runs:
@@ -522,11 +522,11 @@ run's batches hold a token or two; a busy process's fill up (``BATCH``) with one
 run."""
 
 
-def _tokens_framed(tokens: list[Event], *, runs: int) -> Iterable[bytes]:
-    """``_framed`` for ``tokens`` (of one kind, of ``runs`` runs): each run's packed where
-    they can be (``tokens_json``), if the batch holds enough of each run's that packing
-    pays."""
-    if len(tokens) < PACKED_FROM * runs:
+def _tokens_framed(tokens: list[Event], *, run_count: int) -> Iterable[bytes]:
+    """``_framed`` for ``tokens`` (of one kind, of ``run_count`` runs): each run's packed
+    where they can be (``tokens_json``), if the batch holds enough of each run's that
+    packing pays."""
+    if len(tokens) < PACKED_FROM * run_count:
         return _events_framed(tokens)
     return [
         _framed(_PACK if packed else _EVENT, token.run_id, token.seq, payload)

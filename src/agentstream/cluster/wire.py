@@ -153,7 +153,7 @@ def packed_events(payload: bytes) -> list[Event]:
     """The tokens packed as ``payload`` (``tokens_json``), equal to those that were."""
     pack = _read(_PACKS, payload)
     kind, seq = _KINDS[pack.type], pack.seq
-    events: list[Event] = [
+    return [
         kind(
             run_id=pack.run_id,
             seq=seq + i,
@@ -164,7 +164,6 @@ def packed_events(payload: bytes) -> list[Event]:
         )
         for i, (ts, delta) in enumerate(zip(pack.ts, pack.deltas, strict=True))
     ]
-    return events
 
 
 def packed_first_seq(payload: bytes) -> int:

@@ -191,11 +191,17 @@ async def _redis_version(client: Redis) -> str | None:
 
 
 def _older(version: str, than: str) -> bool:
-    """``version`` is before ``than`` (major and minor); False if it is in another form."""
+    """``version`` is before ``than``, by major and minor (``6.2.0-rc1`` is 6.2); False if
+    it is in another form (not judged)."""
     try:
-        return tuple(map(int, version.split(".")[:2])) < tuple(map(int, than.split(".")))
+        return _major_minor(version) < _major_minor(than)
     except ValueError:
         return False
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
 
 
 def check_port(settings: Settings, report: Report) -> None:
