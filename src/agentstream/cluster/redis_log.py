@@ -470,7 +470,7 @@ class RedisSubscription:
                     break
                 # A pack it resumed within, or one that overlaps the one before (a batch
                 # sent again after its reply was lost, with newer tokens of the run).
-                events += read[max(self._expected - first, 0) :]
+                events += read if first >= self._expected else read[self._expected - first :]
                 self._expected = _seq(entry_id) + 1
             if events:
                 return events

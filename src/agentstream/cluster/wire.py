@@ -55,12 +55,16 @@ def _json(event: Event, to_json: Callable[[Event], bytes]) -> bytes | None:
         return to_json(event)
     except PydanticSerializationError:
         pass
-    try:
-        python = EventAdapter.dump_python(event)  # not mode="json": it encodes each key
-        return json.dumps(python, separators=(",", ":"), default=to_jsonable_python).encode()
+    try:  # the Python dump, not mode="json", which refuses a lone surrogate in a key
+        return _standard_json(EventAdapter.dump_python(event))
     except (ValueError, TypeError) as exc:  # PydanticSerializationError is a ValueError
         logger.error("Left out of the live log, %s %d: %s", event.run_id, event.seq, exc)
         return None
+
+
+def _standard_json(python: object) -> bytes:
+    """JSON by the standard library, which writes a lone surrogate as its escape."""
+    return json.dumps(python, separators=(",", ":"), default=to_jsonable_python).encode()
 
 
 def event_of(payload: bytes) -> Event:
@@ -146,7 +150,7 @@ def _pack_json(tokens: list[Token]) -> bytes:
     try:
         return _PACKS.serializer.to_json(pack)
     except PydanticSerializationError:  # a lone surrogate
-        return json.dumps(asdict(pack), separators=(",", ":")).encode()
+        return _standard_json(asdict(pack))
 
 
 def packed_events(payload: bytes) -> list[Event]:
