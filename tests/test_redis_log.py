@@ -5,7 +5,7 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
 import anyio
 import anyio.lowlevel
@@ -146,22 +146,33 @@ async def test_a_runs_tokens_in_a_batch_are_one_entry_read_back_from_any_seq(
     assert following.ended
 
 
-@pytest.mark.parametrize(("per_run", "entries"), [(3, 3), (4, 1)])
-async def test_a_batch_packs_a_runs_tokens_from_four_of_them(
-    redis: Redis, per_run: int, entries: int
+async def test_each_runs_tokens_go_packed_however_many_runs_write_at_once(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Below four tokens a run a batch, sorting and grouping them costs more than packing
-    saves (``PACKED_FROM``): they go one by one."""
+    """A batch takes what each run queued whole (``BATCH`` operations, here 8: four runs'
+    start and pack), so a run's tokens go as one entry even when many runs' interleave,
+    where a batch of the oldest writes of all runs held one token a run; a lone token goes
+    as an event."""
+    monkeypatch.setattr(redis_log, "BATCH", 8)
     prefix = f"test-{uuid.uuid4().hex}"
-    writer = log_of(redis, prefix)
-    writer.open("run_x", after=0)
-    for seq in range(1, per_run + 1):
-        writer.append(token(seq))
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    written = {f"run_{n}": [token(seq, f"run_{n}") for seq in range(1, 7)] for n in range(30)}
+    written["run_lone"] = [token(1, "run_lone")]
+    for run_id in written:
+        writer.open(run_id, after=0)
+    for seq in range(1, 7):  # interleaved, as live runs write
+        for tokens in written.values():
+            if seq <= len(tokens):
+                writer.append(tokens[seq - 1])
     await writer.flush()
-    assert await redis.xlen(writer.key("run_x")) == 1 + entries
+    for run_id, tokens in written.items():
+        assert await redis.xlen(writer.key(run_id)) == 2, "the open marker and one entry"
+        following = await reader.subscribe(run_id, after=0)
+        assert following is not None
+        assert await following.next_batch() == tokens
 
 
-@pytest.mark.parametrize("first", [2, 5], ids=["one by one", "packed"])
+@pytest.mark.parametrize("first", [1, 5], ids=["one", "packed"])
 async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, first: int) -> None:
     """A batch whose reply was lost goes again with what came meanwhile: the run's pack
     then overlaps what the first one wrote, and a viewer reads each token once, from any
@@ -170,8 +181,8 @@ async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, f
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     writer.open("run_x", after=0)
     await writer.flush()
-    await writer._send([token(seq) for seq in range(1, first + 1)])
-    await writer._send([token(seq) for seq in range(1, 10)])  # sent again, with more
+    await writer._send(redis_log._changes_framed([token(seq) for seq in range(1, first + 1)]))
+    await writer._send(redis_log._changes_framed([token(seq) for seq in range(1, 10)]))
     for after in (0, first):
         following = await reader.subscribe("run_x", after=after)
         assert following is not None
@@ -519,9 +530,9 @@ def timed_batches(writer: RedisLog) -> list[float]:
     starts: list[float] = []
     send = writer._send
 
-    async def timed(batch: Sequence[redis_log._Queued]) -> None:
+    async def timed(framed: list[bytes]) -> None:
         starts.append(anyio.current_time())
-        await send(batch)
+        await send(framed)
 
     writer._send = timed  # type: ignore[method-assign]
     return starts
@@ -646,23 +657,28 @@ async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
 async def test_a_batch_that_fails_on_its_way_is_kept_within_the_bound(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Writes that came while a batch was on its way, and the batch, which failed: the
-    queue keeps the newest ``MAX_QUEUED`` of them, in order."""
-    monkeypatch.setattr(redis_log, "MAX_QUEUED", 100)
+    """Writes that came while a batch was on its way, and the batch, which failed: each
+    run's are pending again in order, the batch's first, and the newest ``MAX_QUEUED`` of
+    them are kept."""
+    monkeypatch.setattr(redis_log, "MAX_QUEUED", 110)
     writer = log_of(redis, f"test-{uuid.uuid4().hex}")
 
-    async def failing(batch: Sequence[redis_log._Queued]) -> None:
+    async def failing(framed: list[bytes]) -> None:
         for seq in range(51, 151):  # came meanwhile
             writer.append(step(seq))
+        writer.append(StepStarted(run_id="run_y", seq=1, ts=0.0, step=1))
         raise ConnectionError("Redis went away")
 
     writer._send = failing  # type: ignore[method-assign]
     for seq in range(1, 51):
         writer.append(step(seq))
+    writer.append(StepStarted(run_id="run_z", seq=1, ts=0.0, step=1))
     with pytest.raises(ConnectionError):
         await writer.flush()
-    assert [op.seq for op in writer._queue] == list(range(51, 151))
-    assert writer._sent == 50, "dropped: never to be sent, which a sync counts"
+    pending = {run_id: [op.seq for op in ops] for run_id, ops in writer._pending.items()}
+    assert pending == {"run_x": list(range(43, 151)), "run_z": [1], "run_y": [1]}
+    assert list(pending) == ["run_x", "run_z", "run_y"], "the batch's runs first"
+    assert writer._held == 110, "the oldest writes of the runs pending longest were dropped"
 
 
 async def test_a_full_batch_goes_without_gathering(
@@ -673,7 +689,7 @@ async def test_a_full_batch_goes_without_gathering(
     does not wait for more."""
     monkeypatch.setattr(redis_log, "GATHER", 60.0)
     monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
-    monkeypatch.setattr(redis_log, "BATCH", 10)
+    monkeypatch.setattr(redis_log, "FULL", 10)
     writer = log_of(redis, f"test-{uuid.uuid4().hex}")
     writer.open("run_x", after=0)
     for seq in range(1, 40):
@@ -687,3 +703,86 @@ async def test_a_full_batch_goes_without_gathering(
             writer.append(step(seq))
         await eventually(lambda: until_seq(writer, 49))
         group.cancel_scope.cancel()
+
+
+async def test_a_runs_backlog_goes_in_packs_of_at_most_full_writes(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch takes ``FULL`` writes at most (here 10), a run's last in part: a backlog
+    (kept while Redis was away) goes as packs of that many tokens, each read once, in
+    order, from any seq."""
+    monkeypatch.setattr(redis_log, "FULL", 10)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    written = [token(seq) for seq in range(1, 26)]
+    for event in written:
+        writer.append(event)
+    await writer.flush()
+    assert await redis.xlen(writer.key("run_x")) == 4, "the open marker and packs of 9, 10, 6"
+    for after in (0, 9, 10, 24):
+        following = await reader.subscribe("run_x", after=after)
+        assert following is not None
+        assert await following.next_batch() == written[after:]
+
+
+async def test_a_sync_waits_for_every_run_queued_before_it_over_several_batches(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches take the runs pending longest first, ``BATCH`` operations each (here 4): a
+    ``sync`` returns once every write queued before it is in Redis, batch after batch
+    without gathering, however long batches gather."""
+    monkeypatch.setattr(redis_log, "GATHER", 60.0)
+    monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
+    monkeypatch.setattr(redis_log, "BATCH", 4)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    runs = [f"run_{n}" for n in range(10)]
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        for run_id in runs:
+            writer.open(run_id, after=0)
+        await writer.sync()
+        for run_id in runs:
+            writer.append(StepStarted(run_id=run_id, seq=1, ts=0.0, step=1))
+        with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
+            await writer.sync()
+        writer.append(StepStarted(run_id="run_0", seq=2, ts=0.0, step=2))
+        await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+    assert await reader.last_seq("run_0") == 1, "queued after the sync: it gathers"
+    assert [await reader.last_seq(run_id) for run_id in runs[1:]] == [1] * 9
+
+
+async def test_a_sync_waits_for_the_batch_on_its_way(redis: Redis) -> None:
+    """A batch taken and not yet in Redis is no longer pending, but a ``sync`` still waits
+    for it: a run just started can be followed from any process once ``sync`` returns."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    send, on_its_way, arrives = writer._send, anyio.Event(), anyio.Event()
+
+    async def slow(framed: list[bytes]) -> None:
+        on_its_way.set()
+        await arrives.wait()
+        await send(framed)
+
+    writer._send = slow  # type: ignore[method-assign]
+    synced = anyio.Event()
+
+    async def sync() -> None:
+        await writer.sync()
+        synced.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        writer.open("run_x", after=0)
+        writer.append(step(1))
+        await on_its_way.wait()
+        group.start_soon(sync)
+        await anyio.sleep(0.05)
+        assert not synced.is_set(), "the batch is on its way"
+        arrives.set()
+        with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
+            await synced.wait()
+        group.cancel_scope.cancel()
+    assert await reader.last_seq("run_x") == 1

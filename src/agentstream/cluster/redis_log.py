@@ -3,20 +3,22 @@
 The process that executes a run keeps its in-process log (its own viewers read that, at no
 cost) and mirrors it here, so any other process can follow the run with ``XREAD BLOCK``.
 Entries are keyed by seq (``<seq>-0``), so a viewer resumes from any seq: an event (``e``),
-or a run's consecutive tokens packed (``p``, keyed by the last one's seq). Two markers
-frame a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and
-``<last>-2`` closes it (``end``).
+or a run's consecutive tokens packed (``p``, keyed by the last one's seq). Two markers frame
+a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and ``<last>-2``
+closes it (``end``).
 
-Writes are queued without waiting and sent in batches by one task per process, each batch
-one call of a script that applies it inside Redis: while a batch is on its way the next one
-gathers, for ``GATHER`` seconds from the start of the one before at least while it holds a
-write of a run another process follows (``followed``), ``QUIET_GATHER`` while it holds
-none, so a token costs a queue append, its share of a pack and of one command. (The
-script names its keys in its arguments: one Redis server, with replicas or not, not a
-Redis Cluster.) A stream is trimmed to its last ``max_events`` seqs (about), kept for
-``IDLE_EXPIRY`` seconds after its expiry was last renewed (every ``REFRESH_EXPIRY``
-seconds while the run writes), and ``retention`` seconds after it ends. Whatever the
-stream no longer holds, a viewer reads from the store (``Subscription.starts_after``).
+Writes are queued without waiting, each run's apart, and sent in batches by one task per
+process, each batch one call of a script that applies it inside Redis: while a batch is on
+its way the next one gathers, for ``GATHER`` seconds from the start of the one before at
+least while it holds a write of a run another process follows (``followed``),
+``QUIET_GATHER`` while it holds none. A batch takes what each run queued whole, so a run's
+consecutive tokens go as one pack however many runs write at once, and a token costs a queue
+append and its share of a pack and of one command. (The script names its keys in its
+arguments: one Redis server, with replicas or not, not a Redis Cluster.) A stream is trimmed
+to its last ``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its expiry
+was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention``
+seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
+(``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -53,11 +55,17 @@ IDLE_EXPIRY = 3600
 without anyone ending its runs leaves nothing behind for longer)."""
 
 BATCH = 512
-"""Most operations sent in one round trip."""
+"""Most operations (an event, a pack, a marker) sent in one round trip: Redis runs a batch's
+script while every other process's reads and writes wait (512 single events, 1.8 ms)."""
+
+FULL = 4096
+"""Writes queued (tokens, mostly) at which a batch goes without gathering, and most writes
+a batch takes: under heavy load batches go about this many tokens apart, several of each
+run's packed."""
 
 MAX_QUEUED = 200_000
-"""Writes kept while Redis is away; past this, the oldest go (a viewer in another process
-then finds a gap and resumes from the store)."""
+"""Writes kept while Redis is away; past this, the oldest go, those of the runs queued
+longest (a viewer in another process then finds a gap and resumes from the store)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
@@ -66,7 +74,7 @@ long's tokens of every stream, where it carried the few that came while the one 
 was on its way (a round trip costs this process more CPU than the tokens in it). A viewer
 in another process sees a token up to that much later (the cluster's target: p99 under 5
 ms added); a batch that comes later than this after the one before, that is full already
-(``BATCH``), or that a ``sync`` waits for, goes at once."""
+(``FULL``), or that a ``sync`` waits for, goes at once."""
 
 QUIET_GATHER = 0.25
 """``GATHER`` while no write queued is of a run another process follows: most runs are
@@ -75,7 +83,7 @@ comes later (who reads them from the stream; a follower tells the run's process 
 ``followed``, which then hurries). Round trips were most of a cluster process's CPU
 beyond the embedded one's; under light load each carries few tokens, and a quarter of a
 second took about a third off what a token cost beyond the embedded process at 400 tokens/s
-(docs/benchmarks.md). Under heavy load a batch fills (``BATCH``) and goes sooner."""
+(docs/benchmarks.md). Under heavy load a batch fills (``FULL``) and goes sooner."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -160,6 +168,18 @@ _Queued = Event | _Marker
 """One change of a stream, queued to be sent."""
 
 
+class _Pending(list[_Queued]):
+    """A run's changes not sent yet, in order, with the number of the first (writes are
+    numbered over every run's, as queued): a ``sync`` waits until none queued before it is
+    pending. The list itself: what a token costs is one ``append``."""
+
+    __slots__ = ("first",)
+
+    def __init__(self, first: int, changes: Iterable[_Queued] = ()) -> None:
+        super().__init__(changes)
+        self.first = first
+
+
 class RedisLog:
     """Mirrors this process's run streams into Redis and reads any process's back."""
 
@@ -181,15 +201,23 @@ class RedisLog:
         self._prefix = prefix
         self._retention = max(1, round(retention))
         self._max_events = max_events
-        self._queue: list[_Queued] = []
+        self._pending: dict[str, _Pending] = {}
+        """Each run's changes not sent yet; the runs in the order their oldest was queued
+        (but for a run a full batch took part of, which stays first)."""
+        self._in_flight: list[tuple[str, _Pending]] = []
+        """The batch on its way: until it is in Redis, a ``sync`` waits for it too."""
         self._queued = anyio.Event()
-        self._pushed = self._sent = 0
-        """Operations queued, and sent, since the start: ``sync`` waits for the one to
-        catch up with the other."""
+        self._pushed = self._gone = 0
+        """Writes queued since the start (the next one's number), and those of them taken
+        by a batch or dropped."""
+        self._full_at = 0
+        """``_pushed`` at which the pending writes are a full batch, or too many
+        (``_count_gone``)."""
+        self._count_gone(0)
         self._progress = anyio.Event()
         self._hurry_until = 0
-        """Batches go without gathering until this many operations are sent: those a
-        ``sync`` waits for."""
+        """Batches go without gathering until every write numbered below this is sent:
+        those a ``sync`` waits for."""
         self._gathering: asyncio.Future[None] | None = None
         """What the writer waits on while a batch gathers: done by a timer, a ``sync``, a
         follow, a write that hurries it, or a batch grown full."""
@@ -217,18 +245,20 @@ class RedisLog:
         self._hurry()  # a stream's start goes without the quiet wait
 
     def append(self, change: _Queued) -> None:
-        """Queue an event (or a marker); the writer is told only when the queue was empty:
-        until it has emptied it, it goes on by itself."""
-        queue = self._queue
-        queue.append(change)
+        """Queue an event (or a marker) behind its run's; the writer is told only when
+        nothing was pending: until it has sent all, it goes on by itself."""
+        pending = self._pending.get(change.run_id)
+        if pending is None:
+            pending = self._pending[change.run_id] = _Pending(self._pushed)
+            if len(self._pending) == 1:
+                self._queued.set()
+        pending.append(change)
         self._pushed += 1
-        queued = len(queue)
-        if queued == 1:
-            self._queued.set()
-        elif queued == BATCH and self._gathering is not None:
-            _release(self._gathering)  # full: it goes without gathering
-        elif queued > MAX_QUEUED:
-            self._drop_oldest()
+        if self._pushed >= self._full_at:
+            if self._held > MAX_QUEUED:
+                self._drop_oldest()
+            elif self._gathering is not None:
+                _release(self._gathering)  # full: it goes without gathering
         if not self._urgent and change.run_id in self._followed:
             self._hurry()
 
@@ -253,22 +283,49 @@ class RedisLog:
             _release(self._gathering)
 
     def _drop_oldest(self) -> None:
-        """Redis has been away for long: keep the newest ``MAX_QUEUED`` writes at most."""
-        dropped = max(len(self._queue) - MAX_QUEUED, MAX_QUEUED // 10)
-        del self._queue[:dropped]
-        self._sent += dropped
-        logger.error("Redis is away: %d live log writes dropped", dropped)
+        """Redis has been away for long: keep ``MAX_QUEUED`` writes at most, dropping the
+        oldest of the runs queued longest. (A run keeps its first write's number: a
+        ``sync`` may wait for the rest of its writes too.)"""
+        dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
+        for run_id, pending in list(self._pending.items()):
+            taken = min(left, len(pending))
+            del pending[:taken]
+            if not pending:
+                del self._pending[run_id]
+            left -= taken
+            if not left:
+                break
+        self._count_gone(dropped - left)
+        logger.error("Redis is away: %d live log writes dropped", dropped - left)
+
+    @property
+    def _held(self) -> int:
+        """Writes pending."""
+        return self._pushed - self._gone
+
+    def _count_gone(self, writes: int) -> None:
+        """``writes`` more were taken by a batch or dropped (fewer, if negative: a batch
+        that failed is pending again)."""
+        self._gone += writes
+        self._full_at = self._gone + min(FULL, MAX_QUEUED + 1)
+
+    def _oldest_pending(self) -> int:
+        """The number of the oldest write not in Redis yet, pending or on its way (of the
+        next one if there is none)."""
+        firsts = [pending.first for _, pending in self._in_flight]
+        firsts += [pending.first for pending in self._pending.values()]
+        return min(firsts, default=self._pushed)
 
     async def sync(self) -> None:
         """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
         a run just started or continued here can be followed from any process at once."""
         target = self._pushed
-        if self._sent < target:
+        if self._oldest_pending() < target:
             self._hurry_until = max(self._hurry_until, target)
             if self._gathering is not None:
                 _release(self._gathering)
         with anyio.move_on_after(SYNC_WAIT):
-            while self._sent < target:
+            while self._oldest_pending() < target:
                 progress = self._progress
                 await progress.wait()
 
@@ -301,8 +358,8 @@ class RedisLog:
         more than it saves."""
         while (
             (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time()) > 0
-            and len(self._queue) < BATCH
-            and self._sent >= self._hurry_until
+            and self._held < FULL
+            and not (self._hurry_until and self._hurrying())
         ):
             self._gathering = loop.create_future()
             timer = loop.call_later(gathering, _release, self._gathering)
@@ -312,6 +369,13 @@ class RedisLog:
                 timer.cancel()
                 self._gathering = None
 
+    def _hurrying(self) -> bool:
+        """A ``sync`` waits for a write pending (else none does any more)."""
+        if self._oldest_pending() < self._hurry_until:
+            return True
+        self._hurry_until = 0
+        return False
+
     async def flush(self) -> None:
         """Send everything queued so far (in batches); on failure the unsent part stays
         queued, in order. Not beside ``run``: two batches on their way at once could
@@ -320,57 +384,87 @@ class RedisLog:
         gives only once)."""
         if self._running:
             raise RuntimeError("flush() while run() writes")
-        while self._queue:
+        while self._pending:
             await self._send_next()
 
     async def _send_next(self) -> None:
-        """Send the oldest ``BATCH`` operations queued, if any (on failure they stay
-        queued, in order); once none is left, ``run`` waits for more."""
-        batch = self._queue[:BATCH]
-        del self._queue[:BATCH]  # in flight: out of reach of the dropping in append
-        if not self._queue:
+        """Send the runs' writes pending longest, a batch of them, if any (on failure they
+        stay pending, in order); once none is left, ``run`` waits for more."""
+        taken, framed = self._take()  # in flight: out of reach of the dropping in append
+        if not self._pending:
             self._urgent = False  # until a write that hurries comes
-        if batch:
+        if taken:
+            self._in_flight = taken
             try:
                 with telemetry.timed("write"):
-                    await self._send(batch)
+                    await self._send(framed)
             except BaseException:
-                self._queue[:0] = batch  # what came meanwhile may have filled the queue
+                self._put_back(taken)
                 self._urgent = True  # late already: it goes without the quiet wait
-                if len(self._queue) > MAX_QUEUED:
+                if self._held > MAX_QUEUED:
                     self._drop_oldest()
                 raise
-            self._sent += len(batch)
+            finally:
+                self._in_flight = []
             self._progress.set()
             self._progress = anyio.Event()
-        if not self._queue:
+        if not self._pending:
             self._queued = anyio.Event()
 
-    async def _send(self, batch: Sequence[_Queued]) -> None:
+    def _take(self) -> tuple[list[tuple[str, _Pending]], list[bytes]]:
+        """The next batch: the pending writes of the runs pending longest, each run's
+        whole, up to ``BATCH`` operations and ``FULL`` writes (a run that alone has more
+        is taken in part); and the batch framed (``_framed``), with a renewal of the
+        expiry of each run's stream that needs one.
+
+        Runs are framed a chunk at a time, so that their JSON and framing are C's loops
+        over many runs; a chunk holds as many writes as there is room left for
+        operations (a write makes one at most; a run's tokens, packed, one in all)."""
+        taken: list[tuple[str, _Pending]] = []
+        framed: list[bytes] = []
+        chunk: list[_Queued] = []
+        writes = 0
+        now = time.monotonic()
+        for run_id, pending in list(self._pending.items()):
+            changes: list[_Queued] = pending
+            if len(changes) > min(BATCH - len(framed), FULL - writes) - len(chunk):
+                framed += _changes_framed(chunk)  # its operations, counted
+                writes += len(chunk)
+                chunk = []
+                room = min(BATCH - len(framed), FULL - writes)
+                if len(changes) > room:
+                    if taken:
+                        break
+                    changes = changes[:room]  # it alone fills the batch
+            if changes is pending:
+                del self._pending[run_id]
+                taken.append((run_id, pending))
+            else:  # the rest stays first
+                taken.append((run_id, _Pending(pending.first, changes)))
+                del pending[: len(changes)]
+            chunk += changes
+            if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
+                self._touched[run_id] = now
+                framed.append(_framed(_REFRESH, run_id, 0))
+        framed += _changes_framed(chunk)
+        self._count_gone(writes + len(chunk))
+        return taken, framed
+
+    def _put_back(self, taken: list[tuple[str, _Pending]]) -> None:
+        """A batch that failed is pending again, first, before what came meanwhile."""
+        self._count_gone(-sum(len(earlier) for _, earlier in taken))
+        later = self._pending
+        self._pending = dict(taken)
+        for run_id, pending in later.items():
+            if (earlier := self._pending.get(run_id)) is not None:
+                earlier += pending
+            else:
+                self._pending[run_id] = pending
+
+    async def _send(self, framed: list[bytes]) -> None:
         """One round trip, one command: a script that applies the batch's operations in
         order. The batch goes as one argument (``_framed``), not four a token: redis-py
-        spends more CPU on a command's arguments than Redis does on an ``XADD``. Events
-        are taken a kind at a time, so their JSON and framing are C's loops, not one
-        Python call each, and each run's tokens go packed (``_tokens_framed``)."""
-        now = time.monotonic()
-        framed: list[bytes] = []
-        for kind, changes in groupby(batch, type):
-            if kind is not _Marker:
-                events = cast(list[Event], list(changes))
-                runs = set(map(_RUN_ID, events))
-                if kind in PACKED:
-                    framed += _tokens_framed(events, run_count=len(runs))
-                else:
-                    framed += _events_framed(events)
-                for run_id in runs:
-                    if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
-                        self._touched[run_id] = now
-                        framed.append(_framed(_REFRESH, run_id, 0))
-                continue
-            framed += (
-                _framed(m.kind, m.run_id, m.seq, b"%d" % m.after)
-                for m in cast(Iterator[_Marker], changes)
-            )
+        spends more CPU on a command's arguments than Redis does on an ``XADD``."""
         args: list[int | str | bytes] = [self._max_events, IDLE_EXPIRY, self._retention]
         for refused in await self._apply(args=[*args, self.key(""), b"".join(framed)]):
             logger.error("The live log refused a write: %s", refused)
@@ -515,18 +609,36 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
 
 
 PACKED_FROM = 4
-"""Tokens a run a batch holds on average, from which they go packed: below it, sorting and
-grouping them costs more than it saves (``timeit``, 512 tokens: at 1.4 a run, packing took
-twice the time of writing each alone; at 4, the same; at 5, a quarter less). A followed
-run's batches hold a token or two; a busy process's fill up (``BATCH``) with one or two a
-run."""
+"""Tokens a run a batch's run of tokens holds on average, from which they go packed: below
+it, grouping them costs more than it saves (``timeit``, 512 tokens: at 1.4 a run, packing
+took twice the time of writing each alone; at 4, the same; at 5, a quarter less). A
+followed run's batches hold a token or two."""
 
 
-def _tokens_framed(tokens: list[Event], *, run_count: int) -> Iterable[bytes]:
-    """``_framed`` for ``tokens`` (of one kind, of ``run_count`` runs): each run's packed
-    where they can be (``tokens_json``), if the batch holds enough of each run's that
-    packing pays."""
-    if len(tokens) < PACKED_FROM * run_count:
+def _changes_framed(changes: list[_Queued]) -> list[bytes]:
+    """``_framed`` for the changes of some runs (each run's together, in order): events a
+    kind at a time, so that their JSON and framing are C's loops, not a Python call or
+    two each; a run's consecutive tokens of one kind, block and step as one pack
+    (``_tokens_framed``)."""
+    framed: list[bytes] = []
+    for kind, group in groupby(changes, type):
+        if kind is _Marker:
+            framed += [
+                _framed(m.kind, m.run_id, m.seq, b"%d" % m.after)
+                for m in cast(Iterator[_Marker], group)
+            ]
+        elif kind in PACKED:
+            framed += _tokens_framed(cast(list[Event], list(group)))
+        else:
+            framed += _events_framed(cast(list[Event], list(group)))
+    return framed
+
+
+def _tokens_framed(tokens: list[Event]) -> Iterable[bytes]:
+    """``_framed`` for ``tokens`` (of one kind, each run's together): each run's packed
+    where they can be (``tokens_json``), if they are enough of each run's that packing
+    pays."""
+    if len(tokens) < PACKED_FROM * len(set(map(_RUN_ID, tokens))):
         return _events_framed(tokens)
     return [
         _framed(_PACK if packed else _EVENT, token.run_id, token.seq, payload)

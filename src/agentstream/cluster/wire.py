@@ -103,7 +103,7 @@ class _Pack:
 
 _PACKS = TypeAdapter(_Pack)
 _KINDS = {name: kind for kind, name in PACKED.items()}
-_RUN_ID, _TS, _DELTA = attrgetter("run_id"), attrgetter("ts"), attrgetter("delta")
+_TS, _DELTA = attrgetter("ts"), attrgetter("delta")
 _PLACES = {
     TextDelta: attrgetter("run_id", "block_id", "step", "separator"),
     ReasoningDelta: attrgetter("run_id", "block_id", "step"),
@@ -112,15 +112,15 @@ _PLACES = {
 
 
 def tokens_json(tokens: list[Token]) -> list[tuple[bool, Token, bytes]]:
-    """``tokens`` (of one kind, of any runs, each run's in seq order) as entries of the
-    shared log, each run's in order: whether the entry is a pack, the token whose seq
-    keys it, and its JSON. A run's consecutive tokens of one block and step, none with a
-    separator, go as one pack (``packed_events``); the others one by one. A pack's JSON
-    takes half the time of its tokens' own, and it is one entry: a stream's entries, and
-    Redis's work, are a few times fewer."""
+    """``tokens`` (of one kind, each run's together and in seq order) as entries of the
+    shared log, in order: whether the entry is a pack, the token whose seq keys it, and
+    its JSON. A run's consecutive tokens of one block and step, none with a separator, go
+    as one pack (``packed_events``); the others one by one. A pack's JSON takes half the time of its
+    tokens' own, and it is one entry: a stream's entries, and Redis's work, are a few
+    times fewer."""
     entries: list[tuple[bool, Token, bytes]] = []
-    for _, group in groupby(sorted(tokens, key=_RUN_ID), _PLACES[type(tokens[0])]):
-        same = list(group)  # sorted stably: each run's stay in order
+    for _, group in groupby(tokens, _PLACES[type(tokens[0])]):
+        same = list(group)
         first, last = same[0], same[-1]
         if (
             len(same) == 1
