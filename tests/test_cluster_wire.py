@@ -1,5 +1,6 @@
 """The shared live log's codec: a run's tokens packed into one entry come back equal, any
-text (half a surrogate pair included) and any time, each run's in order."""
+text (half a surrogate pair included) and any time, each run's in order (runs taken
+together, as a batch takes them)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_tokens_come_back_equal_and_each_runs_in_order(
         seqs[run_id] = seqs.get(run_id, 0) + 1
         tokens.append(TextDelta(run_id=run_id, seq=seqs[run_id], ts=ts, step=1, delta=delta))
     read: list[Event] = []
-    for packed, last, payload in tokens_json(list(tokens)):
+    for packed, last, payload in tokens_json(sorted(tokens, key=lambda token: token.run_id)):
         entry = packed_events(payload) if packed else [event_of(payload)]
         assert entry[-1] == last, "an entry is keyed by its last token's seq"
         read += entry

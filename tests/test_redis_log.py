@@ -708,10 +708,11 @@ async def test_a_full_batch_goes_without_gathering(
 async def test_a_runs_backlog_goes_in_packs_of_at_most_full_writes(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch takes ``FULL`` writes at most (here 10), a run's last in part: a backlog
-    (kept while Redis was away) goes as packs of that many tokens, each read once, in
-    order, from any seq."""
+    """A batch takes ``FULL`` writes at most (here 10), a run's last in part, whatever room
+    is left for entries (``BATCH``, here 4): a backlog (kept while Redis was away) goes as
+    packs of that many tokens, each read once, in order, from any seq."""
     monkeypatch.setattr(redis_log, "FULL", 10)
+    monkeypatch.setattr(redis_log, "BATCH", 4)
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     writer.open("run_x", after=0)

@@ -55,8 +55,9 @@ IDLE_EXPIRY = 3600
 without anyone ending its runs leaves nothing behind for longer)."""
 
 BATCH = 512
-"""Most operations (an event, a pack, a marker) sent in one round trip: Redis runs a batch's
-script while every other process's reads and writes wait (512 single events, 1.8 ms)."""
+"""Most stream entries (an event, a pack, a marker) sent in one round trip, besides a
+renewal of a stream's expiry now and then: Redis runs a batch's script while every other
+process's reads and writes wait (512 single events, 1.8 ms)."""
 
 FULL = 4096
 """Writes queued (tokens, mostly) at which a batch goes without gathering, and most writes
@@ -169,9 +170,10 @@ _Queued = Event | _Marker
 
 
 class _Pending(list[_Queued]):
-    """A run's changes not sent yet, in order, with the number of the first (writes are
-    numbered over every run's, as queued): a ``sync`` waits until none queued before it is
-    pending. The list itself: what a token costs is one ``append``."""
+    """A run's changes not sent yet, in order, with the number of the first or a smaller one
+    (writes are numbered over every run's, as queued: a run's next after ``k`` of its own
+    has at least ``first + k``): a ``sync`` waits until none queued before it is pending.
+    The list itself: what a token costs is one ``append``."""
 
     __slots__ = ("first",)
 
@@ -284,12 +286,12 @@ class RedisLog:
 
     def _drop_oldest(self) -> None:
         """Redis has been away for long: keep ``MAX_QUEUED`` writes at most, dropping the
-        oldest of the runs queued longest. (A run keeps its first write's number: a
-        ``sync`` may wait for the rest of its writes too.)"""
+        oldest of the runs queued longest."""
         dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
         for run_id, pending in list(self._pending.items()):
             taken = min(left, len(pending))
             del pending[:taken]
+            pending.first += taken  # at least: numbers are counted over all runs
             if not pending:
                 del self._pending[run_id]
             left -= taken
@@ -419,33 +421,44 @@ class RedisLog:
 
         Runs are framed a chunk at a time, so that their JSON and framing are C's loops
         over many runs; a chunk holds as many writes as there is room left for
-        operations (a write makes one at most; a run's tokens, packed, one in all)."""
+        operations (a write makes one at most; a run's tokens, packed, one in all). A run
+        with more writes than that is framed alone, to count its operations."""
         taken: list[tuple[str, _Pending]] = []
         framed: list[bytes] = []
         chunk: list[_Queued] = []
         writes = 0
         now = time.monotonic()
         for run_id, pending in list(self._pending.items()):
-            changes: list[_Queued] = pending
-            if len(changes) > min(BATCH - len(framed), FULL - writes) - len(chunk):
-                framed += _changes_framed(chunk)  # its operations, counted
+            if len(pending) <= min(BATCH - len(framed), FULL - writes) - len(chunk):
+                changes: list[_Queued] = pending
+                chunk += changes
+            else:
+                framed += _changes_framed(chunk)
                 writes += len(chunk)
                 chunk = []
-                room = min(BATCH - len(framed), FULL - writes)
-                if len(changes) > room:
+                if writes >= FULL or len(framed) >= BATCH:
+                    break
+                changes = pending[: FULL - writes]
+                ops = _changes_framed(changes)
+                if len(ops) > BATCH - len(framed):
                     if taken:
                         break
-                    changes = changes[:room]  # it alone fills the batch
-            if changes is pending:
+                    changes = changes[: BATCH - len(framed)]  # it alone fills the batch
+                    ops = _changes_framed(changes)
+                framed += ops
+                writes += len(changes)
+            if len(changes) == len(pending):
                 del self._pending[run_id]
                 taken.append((run_id, pending))
             else:  # the rest stays first
                 taken.append((run_id, _Pending(pending.first, changes)))
                 del pending[: len(changes)]
-            chunk += changes
+                pending.first += len(changes)  # at least: numbers are counted over all runs
             if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
                 self._touched[run_id] = now
                 framed.append(_framed(_REFRESH, run_id, 0))
+            if writes >= FULL or len(framed) >= BATCH:
+                break
         framed += _changes_framed(chunk)
         self._count_gone(writes + len(chunk))
         return taken, framed
