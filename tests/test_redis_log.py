@@ -172,6 +172,15 @@ async def test_each_runs_tokens_go_packed_however_many_runs_write_at_once(
         assert await following.next_batch() == tokens
 
 
+def framed(events: list[Event]) -> list[bytes]:
+    """``events`` as a batch framed for the script, by a writer of their own."""
+    writer = log_of(Redis(), "unused")
+    for event in events:
+        writer.append(event)
+    _, batch = writer._take()
+    return batch
+
+
 @pytest.mark.parametrize("first", [1, 5], ids=["one", "packed"])
 async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, first: int) -> None:
     """A batch whose reply was lost goes again with what came meanwhile: the run's pack
@@ -181,8 +190,8 @@ async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, f
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
     writer.open("run_x", after=0)
     await writer.flush()
-    await writer._send(redis_log._changes_framed([token(seq) for seq in range(1, first + 1)]))
-    await writer._send(redis_log._changes_framed([token(seq) for seq in range(1, 10)]))
+    await writer._send(framed([token(seq) for seq in range(1, first + 1)]))
+    await writer._send(framed([token(seq) for seq in range(1, 10)]))  # sent again, with more
     for after in (0, first):
         following = await reader.subscribe("run_x", after=after)
         assert following is not None
@@ -211,6 +220,13 @@ async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in
         TextDelta(run_id="run_x", seq=18, ts=2.0, block_id="a", step=3, delta="z"),
         ReasoningDelta(run_id="run_x", seq=19, ts=2.5, block_id="a", step=3, delta="r"),
         ReasoningDelta(run_id="run_x", seq=20, ts=2.5, block_id="a", step=3, delta="s"),
+        TextDelta(run_id="run_x", seq=21, ts=3.0, block_id="a", step=3, delta="t"),
+        TextDelta(run_id="run_x", seq=23, ts=3.0, block_id="a", step=3, delta="u"),  # a hole
+        TextDelta(run_id="run_x", seq=24, ts=3.0, block_id="a", step=3, delta="v"),
+        TextDelta(
+            run_id="run_x", seq=25, ts=3.0, block_id="a", step=3, delta="w", separator="\n\n"
+        ),
+        TextDelta(run_id="run_x", seq=26, ts=3.0, block_id="a", step=3, delta="x"),
     ]
     assert await read_back(redis, written) == {"run_x": written}
 

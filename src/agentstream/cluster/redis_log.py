@@ -38,13 +38,14 @@ from redis.exceptions import RedisError
 from agentstream import telemetry
 from agentstream.cluster.wire import (
     PACKED,
+    Pack,
     event_of,
     events_json,
     packed_events,
     packed_first_seq,
-    tokens_json,
+    packs_json,
 )
-from agentstream.events import Event, Token
+from agentstream.events import Event, TextDelta, Token
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
@@ -169,17 +170,36 @@ _Queued = Event | _Marker
 """One change of a stream, queued to be sent."""
 
 
-class _Pending(list[_Queued]):
-    """A run's changes not sent yet, in order, with the number of the first or a smaller one
-    (writes are numbered over every run's, as queued: a run's next after ``k`` of its own
-    has at least ``first + k``): a ``sync`` waits until none queued before it is pending.
-    The list itself: what a token costs is one ``append``."""
+class _Pending(list[Event | _Marker | Pack]):
+    """A run's changes not sent yet, in order (its tokens in packs), with how many writes
+    they are and the number of the first or a smaller one (writes are numbered over every
+    run's, as queued: a run's next after ``k`` of its own has at least ``first + k``): a
+    ``sync`` waits until none queued before it is pending."""
 
-    __slots__ = ("first",)
+    __slots__ = ("first", "writes")
 
-    def __init__(self, first: int, changes: Iterable[_Queued] = ()) -> None:
-        super().__init__(changes)
+    def __init__(self, first: int, parts: Iterable[Event | _Marker | Pack] = ()) -> None:
+        super().__init__(parts)
         self.first = first
+        self.writes = sum(len(part.ts) if type(part) is Pack else 1 for part in self)
+
+    def split_off(self, parts: int, writes: int) -> _Pending:
+        """Its first ``parts`` parts at most and ``writes`` writes at most (a pack split if
+        need be), taken out."""
+        head = _Pending(self.first)
+        while len(head) < parts and head.writes < writes:
+            part = self[0]
+            size = len(part.ts) if type(part) is Pack else 1
+            if size > writes - head.writes:
+                part = cast(Pack, part).split_off(writes - head.writes)
+                size = len(part.ts)
+            else:
+                del self[0]
+            head.append(part)
+            head.writes += size
+        self.first += head.writes
+        self.writes -= head.writes
+        return head
 
 
 class RedisLog:
@@ -247,14 +267,34 @@ class RedisLog:
         self._hurry()  # a stream's start goes without the quiet wait
 
     def append(self, change: _Queued) -> None:
-        """Queue an event (or a marker) behind its run's; the writer is told only when
-        nothing was pending: until it has sent all, it goes on by itself."""
+        """Queue an event (or a marker) behind its run's, a token onto the run's token or
+        pack before it where it goes on (``Pack``); the writer is told only when nothing
+        was pending: until it has sent all, it goes on by itself."""
         pending = self._pending.get(change.run_id)
         if pending is None:
             pending = self._pending[change.run_id] = _Pending(self._pushed)
             if len(self._pending) == 1:
                 self._queued.set()
-        pending.append(change)
+        token: Any = change  # read as a token only where it is one
+        kind: Any = type(change)
+        last: Any = pending[-1] if pending else None
+        if (
+            type(last) is Pack
+            and last.type is PACKED.get(kind)
+            and last.seq + len(last.ts) == token.seq  # no hole: an event not written
+            and last.block_id == token.block_id
+            and last.step == token.step
+            and not (kind is TextDelta and token.separator)
+        ):
+            last.ts.append(token.ts)
+            last.deltas.append(token.delta)
+        elif kind is type(last) and kind in PACKED and _go_on(last, token):
+            pending[-1] = last = Pack.of(last)
+            last.ts.append(token.ts)
+            last.deltas.append(token.delta)
+        else:
+            pending.append(change)
+        pending.writes += 1
         self._pushed += 1
         if self._pushed >= self._full_at:
             if self._held > MAX_QUEUED:
@@ -289,12 +329,9 @@ class RedisLog:
         oldest of the runs queued longest."""
         dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
         for run_id, pending in list(self._pending.items()):
-            taken = min(left, len(pending))
-            del pending[:taken]
-            pending.first += taken  # at least: numbers are counted over all runs
+            left -= pending.split_off(len(pending), left).writes
             if not pending:
                 del self._pending[run_id]
-            left -= taken
             if not left:
                 break
         self._count_gone(dropped - left)
@@ -415,62 +452,41 @@ class RedisLog:
 
     def _take(self) -> tuple[list[tuple[str, _Pending]], list[bytes]]:
         """The next batch: the pending writes of the runs pending longest, each run's
-        whole, up to ``BATCH`` operations and ``FULL`` writes (a run that alone has more
-        is taken in part); and the batch framed (``_framed``), with a renewal of the
-        expiry of each run's stream that needs one.
-
-        Runs are framed a chunk at a time, so that their JSON and framing are C's loops
-        over many runs; a chunk holds as many writes as there is room left for
-        operations (a write makes one at most; a run's tokens, packed, one in all). A run
-        with more writes than that is framed alone, to count its operations."""
+        whole, up to ``BATCH`` entries (a pack, an event or a marker each) and ``FULL``
+        writes (a run that alone has more is taken in part); and the batch framed
+        (``_framed``), with a renewal of the expiry of each run's stream that needs
+        one."""
         taken: list[tuple[str, _Pending]] = []
-        framed: list[bytes] = []
-        chunk: list[_Queued] = []
+        parts: list[Event | _Marker | Pack] = []
+        refreshes: list[bytes] = []
         writes = 0
         now = time.monotonic()
         for run_id, pending in list(self._pending.items()):
-            if len(pending) <= min(BATCH - len(framed), FULL - writes) - len(chunk):
-                changes: list[_Queued] = pending
-                chunk += changes
-            else:
-                framed += _changes_framed(chunk)
-                writes += len(chunk)
-                chunk = []
-                if writes >= FULL or len(framed) >= BATCH:
-                    break
-                changes = pending[: FULL - writes]
-                ops = _changes_framed(changes)
-                if len(ops) > BATCH - len(framed):
-                    if taken:
-                        break
-                    changes = changes[: BATCH - len(framed)]  # it alone fills the batch
-                    ops = _changes_framed(changes)
-                framed += ops
-                writes += len(changes)
-            if len(changes) == len(pending):
+            room = BATCH - len(parts) - len(refreshes)
+            if len(pending) <= room and pending.writes <= FULL - writes:
                 del self._pending[run_id]
-                taken.append((run_id, pending))
-            else:  # the rest stays first
-                taken.append((run_id, _Pending(pending.first, changes)))
-                del pending[: len(changes)]
-                pending.first += len(changes)  # at least: numbers are counted over all runs
+            elif taken:
+                break
+            else:  # it alone fills the batch; the rest stays first
+                pending = pending.split_off(room, FULL)
+            taken.append((run_id, pending))
+            parts += pending
+            writes += pending.writes
             if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
                 self._touched[run_id] = now
-                framed.append(_framed(_REFRESH, run_id, 0))
-            if writes >= FULL or len(framed) >= BATCH:
-                break
-        framed += _changes_framed(chunk)
-        self._count_gone(writes + len(chunk))
-        return taken, framed
+                refreshes.append(_framed(_REFRESH, run_id, 0))
+        self._count_gone(writes)
+        return taken, _parts_framed(parts) + refreshes
 
     def _put_back(self, taken: list[tuple[str, _Pending]]) -> None:
         """A batch that failed is pending again, first, before what came meanwhile."""
-        self._count_gone(-sum(len(earlier) for _, earlier in taken))
+        self._count_gone(-sum(earlier.writes for _, earlier in taken))
         later = self._pending
         self._pending = dict(taken)
         for run_id, pending in later.items():
             if (earlier := self._pending.get(run_id)) is not None:
                 earlier += pending
+                earlier.writes += pending.writes
             else:
                 self._pending[run_id] = pending
 
@@ -621,42 +637,35 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
     return _FRAME % (kind, seq, len(name), len(payload), name, payload)
 
 
-PACKED_FROM = 4
-"""Tokens a run a batch's run of tokens holds on average, from which they go packed: below
-it, grouping them costs more than it saves (``timeit``, 512 tokens: at 1.4 a run, packing
-took twice the time of writing each alone; at 4, the same; at 5, a quarter less). A
-followed run's batches hold a token or two."""
+def _go_on(token: Token, then: Token) -> bool:
+    """``then`` (of ``token``'s kind) is the token after ``token`` in one pack."""
+    return (
+        token.seq + 1 == then.seq
+        and token.block_id == then.block_id
+        and token.step == then.step
+        and not (isinstance(token, TextDelta) and (token.separator or then.separator))  # type: ignore[union-attr]
+    )
 
 
-def _changes_framed(changes: list[_Queued]) -> list[bytes]:
-    """``_framed`` for the changes of some runs (each run's together, in order): events a
-    kind at a time, so that their JSON and framing are C's loops, not a Python call or
-    two each; a run's consecutive tokens of one kind, block and step as one pack
-    (``_tokens_framed``)."""
+def _parts_framed(parts: list[Event | _Marker | Pack]) -> list[bytes]:
+    """``_framed`` for the changes of some runs (each run's together, in order), a kind at
+    a time, so that their JSON and framing are C's loops, not a Python call or two each."""
     framed: list[bytes] = []
-    for kind, group in groupby(changes, type):
-        if kind is _Marker:
+    for kind, group in groupby(parts, type):
+        if kind is Pack:
+            packs = cast(list[Pack], list(group))
+            framed += [
+                _framed(_PACK, pack.run_id, pack.last_seq, payload)
+                for pack, payload in zip(packs, packs_json(packs), strict=True)
+            ]
+        elif kind is _Marker:
             framed += [
                 _framed(m.kind, m.run_id, m.seq, b"%d" % m.after)
                 for m in cast(Iterator[_Marker], group)
             ]
-        elif kind in PACKED:
-            framed += _tokens_framed(cast(list[Event], list(group)))
         else:
             framed += _events_framed(cast(list[Event], list(group)))
     return framed
-
-
-def _tokens_framed(tokens: list[Event]) -> Iterable[bytes]:
-    """``_framed`` for ``tokens`` (of one kind, each run's together): each run's packed
-    where they can be (``tokens_json``), if they are enough of each run's that packing
-    pays."""
-    if len(tokens) < PACKED_FROM * len(set(map(_RUN_ID, tokens))):
-        return _events_framed(tokens)
-    return [
-        _framed(_PACK if packed else _EVENT, token.run_id, token.seq, payload)
-        for packed, token, payload in tokens_json(cast(list[Token], tokens))
-    ]
 
 
 def _events_framed(events: list[Event]) -> Iterator[bytes]:

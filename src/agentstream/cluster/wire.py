@@ -1,5 +1,5 @@
 """Events as the shared live log holds them: JSON text, as ``EventAdapter`` reads it back;
-and a run's consecutive tokens packed into one payload (``tokens_json``).
+and a run's consecutive tokens packed into one payload (``Pack``).
 
 A string may hold a lone surrogate (half a pair, which a provider's JSON may carry), which
 pydantic's serializer refuses to write and its parser to read: an event with one is
@@ -15,16 +15,22 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from itertools import groupby, repeat
-from operator import attrgetter
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token
 
-__all__ = ["PACKED", "event_of", "events_json", "packed_events", "packed_first_seq", "tokens_json"]
+__all__ = [
+    "PACKED",
+    "Pack",
+    "event_of",
+    "events_json",
+    "packed_events",
+    "packed_first_seq",
+    "packs_json",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +94,16 @@ PACKED: dict[type[Token], str] = {TextDelta: "text_delta", ReasoningDelta: "reas
 
 
 @dataclass(slots=True)
-class _Pack:
-    """A run's consecutive tokens of one kind, block and step."""
+class Pack:
+    """A run's consecutive tokens of one kind, block and step, none with a separator, as
+    one entry of the shared log: their times and texts in two lists, the rest once.
+
+    A run's tokens are kept so while they wait for their batch (``RedisLog.append`` adds
+    each to the pack before it where it goes on): lists of floats and strings are nothing
+    the garbage collector walks, where the events themselves, held for a quarter of a
+    second, set off most of its passes in a busy process. A pack's JSON takes half the
+    time of its tokens' own, and it is one entry: a stream's entries, and Redis's work,
+    are a few times fewer."""
 
     type: str
     run_id: str
@@ -100,53 +114,54 @@ class _Pack:
     ts: list[float]
     deltas: list[str]
 
+    @classmethod
+    def of(cls, token: Token) -> Pack:
+        """A pack of ``token`` alone (one with no separator), for more to join."""
+        return cls(
+            PACKED[type(token)],
+            token.run_id,
+            token.seq,
+            token.block_id,
+            token.step,
+            [token.ts],
+            [token.delta],
+        )
 
-_PACKS = TypeAdapter(_Pack)
+    @property
+    def last_seq(self) -> int:
+        return self.seq + len(self.ts) - 1
+
+    def split_off(self, count: int) -> Pack:
+        """The first ``count`` tokens (fewer than it holds), taken out as a pack of their
+        own."""
+        head = Pack(
+            self.type,
+            self.run_id,
+            self.seq,
+            self.block_id,
+            self.step,
+            self.ts[:count],
+            self.deltas[:count],
+        )
+        del self.ts[:count], self.deltas[:count]
+        self.seq += count
+        return head
+
+
+_PACKS = TypeAdapter(Pack)
 _KINDS = {name: kind for kind, name in PACKED.items()}
-_TS, _DELTA = attrgetter("ts"), attrgetter("delta")
-_PLACES = {
-    TextDelta: attrgetter("run_id", "block_id", "step", "separator"),
-    ReasoningDelta: attrgetter("run_id", "block_id", "step"),
-}
-"""Tokens of a pack share these."""
 
 
-def tokens_json(tokens: list[Token]) -> list[tuple[bool, Token, bytes]]:
-    """``tokens`` (of one kind, each run's together and in seq order) as entries of the
-    shared log, in order: whether the entry is a pack, the token whose seq keys it, and
-    its JSON. A run's consecutive tokens of one block and step, none with a separator, go
-    as one pack (``packed_events``); the others one by one. A pack's JSON takes half the time of its
-    tokens' own, and it is one entry: a stream's entries, and Redis's work, are a few
-    times fewer."""
-    entries: list[tuple[bool, Token, bytes]] = []
-    for _, group in groupby(tokens, _PLACES[type(tokens[0])]):
-        same = list(group)
-        first, last = same[0], same[-1]
-        if (
-            len(same) == 1
-            or last.seq - first.seq != len(same) - 1  # a hole: an event not written
-            or (type(first) is TextDelta and first.separator)
-        ):
-            written, payloads = events_json(cast(list[Event], same))
-            entries += zip(repeat(False), cast(list[Token], written), payloads)
-        else:
-            entries.append((True, last, _pack_json(same)))
-    return entries
+def packs_json(packs: list[Pack]) -> list[bytes]:
+    """The JSON of each pack, in C's loop (``map``): by pydantic's serializer, or the
+    standard library's for a pack with a lone surrogate (as for an event's)."""
+    try:
+        return list(map(_PACKS.serializer.to_json, packs))
+    except PydanticSerializationError:
+        return [_pack_json(pack) for pack in packs]
 
 
-def _pack_json(tokens: list[Token]) -> bytes:
-    """One pack's JSON: by pydantic's serializer, or the standard library's for a lone
-    surrogate (as for an event's)."""
-    first = tokens[0]
-    pack = _Pack(
-        type=PACKED[type(first)],
-        run_id=first.run_id,
-        seq=first.seq,
-        block_id=first.block_id,
-        step=first.step,
-        ts=list(map(_TS, tokens)),
-        deltas=list(map(_DELTA, tokens)),
-    )
+def _pack_json(pack: Pack) -> bytes:
     try:
         return _PACKS.serializer.to_json(pack)
     except PydanticSerializationError:  # a lone surrogate
@@ -154,7 +169,7 @@ def _pack_json(tokens: list[Token]) -> bytes:
 
 
 def packed_events(payload: bytes) -> list[Event]:
-    """The tokens packed as ``payload`` (``tokens_json``), equal to those that were."""
+    """The tokens packed as ``payload`` (``packs_json``), equal to those that were."""
     pack = _read(_PACKS, payload)
     kind, seq = _KINDS[pack.type], pack.seq
     return [
