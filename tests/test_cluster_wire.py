@@ -47,7 +47,7 @@ def test_a_packs_tokens_come_back_equal_whole_or_split(
 
 
 def test_a_pack_carries_every_field_of_a_token() -> None:
-    """A pack writes a token's fields by name (``wire._Pack``): a field a token gains must
+    """A pack writes a token's fields by name (``wire.Pack``): a field a token gains must
     be packed too, or it is lost on its way to another process."""
     packed = {"run_id", "seq", "ts", "block_id", "step", "type", "delta"}
     assert {field.name for field in fields(ReasoningDelta)} == packed

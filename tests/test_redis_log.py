@@ -15,6 +15,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from agentstream.cluster import redis_log
 from agentstream.cluster.notices import Notices
 from agentstream.cluster.redis_log import Entry, RedisLog
+from agentstream.cluster.wire import Pack, packed_events, packs_json
 from agentstream.events import (
     Event,
     ReasoningDelta,
@@ -227,6 +228,9 @@ async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in
             run_id="run_x", seq=25, ts=3.0, block_id="a", step=3, delta="w", separator="\n\n"
         ),
         TextDelta(run_id="run_x", seq=26, ts=3.0, block_id="a", step=3, delta="x"),
+        TextDelta(run_id="run_x", seq=27, ts=3.0, block_id="a", step=3, delta="y"),
+        TextDelta(run_id="run_x", seq=28, ts=3.0, block_id="a", step=4, delta="z"),
+        TextDelta(run_id="run_x", seq=29, ts=3.0, block_id="b", step=4, delta="z"),
     ]
     assert await read_back(redis, written) == {"run_x": written}
 
@@ -803,3 +807,29 @@ async def test_a_sync_waits_for_the_batch_on_its_way(redis: Redis) -> None:
             await synced.wait()
         group.cancel_scope.cancel()
     assert await reader.last_seq("run_x") == 1
+
+
+async def test_a_runs_pack_is_split_where_a_drop_or_a_batch_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's pending tokens are one pack; past ``MAX_QUEUED`` (here 20) its oldest
+    tokens are dropped from it, and a batch of ``FULL`` writes (here 5) takes its first
+    ones: what is left goes on from the next seq, every token once."""
+    monkeypatch.setattr(redis_log, "MAX_QUEUED", 20)
+    monkeypatch.setattr(redis_log, "FULL", 5)
+    writer = log_of(Redis(), "unused")  # nothing is sent
+    written = [token(seq) for seq in range(1, 31)]
+    for event in written:
+        writer.append(event)
+    [pack] = writer._pending["run_x"]
+    assert isinstance(pack, Pack)
+    kept = len(pack.ts)
+    assert writer._held == writer._pending["run_x"].writes == kept <= 20
+    assert packed_events(packs_json([pack])[0]) == written[-kept:], "the newest, in order"
+    taken, batch = writer._take()
+    [(_, [head])] = taken
+    assert isinstance(head, Pack)
+    assert packed_events(packs_json([head])[0]) == written[-kept : -kept + 5]
+    assert len(batch) == 1
+    assert packed_events(packs_json([pack])[0]) == written[-kept + 5 :]
+    assert writer._held == kept - 5

@@ -11,13 +11,14 @@ Writes are queued without waiting, each run's apart, and sent in batches by one 
 process, each batch one call of a script that applies it inside Redis: while a batch is on
 its way the next one gathers, for ``GATHER`` seconds from the start of the one before at
 least while it holds a write of a run another process follows (``followed``),
-``QUIET_GATHER`` while it holds none. A batch takes what each run queued whole, so a run's
-consecutive tokens go as one pack however many runs write at once, and a token costs a queue
-append and its share of a pack and of one command. (The script names its keys in its
-arguments: one Redis server, with replicas or not, not a Redis Cluster.) A stream is trimmed
-to its last ``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its expiry
-was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention``
-seconds after it ends. Whatever the stream no longer holds, a viewer reads from the store
+``QUIET_GATHER`` while it holds none. A run's consecutive tokens are kept packed as they
+come (``Pack``) and a batch takes what each run queued whole, so they go as one entry
+however many runs write at once, and a token costs its place in a pack and its share of the
+pack's JSON and of one command. (The script names its keys in its arguments: one Redis
+server, with replicas or not, not a Redis Cluster.) A stream is trimmed to its last
+``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its expiry was last
+renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention`` seconds
+after it ends. Whatever the stream no longer holds, a viewer reads from the store
 (``Subscription.starts_after``).
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -56,8 +57,8 @@ IDLE_EXPIRY = 3600
 without anyone ending its runs leaves nothing behind for longer)."""
 
 BATCH = 512
-"""Most stream entries (an event, a pack, a marker) sent in one round trip, besides a
-renewal of a stream's expiry now and then: Redis runs a batch's script while every other
+"""Most operations sent in one round trip (a stream entry: an event, a pack or a marker; or
+a renewal of a stream's expiry, now and then): Redis runs a batch's script while every other
 process's reads and writes wait (512 single events, 1.8 ms)."""
 
 FULL = 4096
@@ -157,7 +158,7 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 
 class _Marker(NamedTuple):
     """A stream's ``open`` (after a seq) or ``end`` (at its last seq), queued between its
-    events, which are queued as they are: a token makes nothing more."""
+    events."""
 
     kind: bytes
     run_id: str
@@ -171,32 +172,36 @@ _Queued = Event | _Marker
 
 
 class _Pending(list[Event | _Marker | Pack]):
-    """A run's changes not sent yet, in order (its tokens in packs), with how many writes
-    they are and the number of the first or a smaller one (writes are numbered over every
-    run's, as queued: a run's next after ``k`` of its own has at least ``first + k``): a
-    ``sync`` waits until none queued before it is pending."""
+    """A run's changes not sent yet, in order (its consecutive tokens in packs, a lone one
+    as an event), with how many writes they are and the number of the first or a smaller
+    one (writes are numbered over every run's, as queued: a run's next after ``k`` of its
+    own has at least ``first + k``): a ``sync`` waits until none queued before it is
+    pending."""
 
     __slots__ = ("first", "writes")
 
-    def __init__(self, first: int, parts: Iterable[Event | _Marker | Pack] = ()) -> None:
-        super().__init__(parts)
+    def __init__(self, first: int) -> None:
+        super().__init__()
         self.first = first
-        self.writes = sum(len(part.ts) if type(part) is Pack else 1 for part in self)
+        self.writes = 0
 
     def split_off(self, parts: int, writes: int) -> _Pending:
         """Its first ``parts`` parts at most and ``writes`` writes at most (a pack split if
         need be), taken out."""
         head = _Pending(self.first)
-        while len(head) < parts and head.writes < writes:
-            part = self[0]
+        whole = 0
+        for part in self[:parts]:
             size = len(part.ts) if type(part) is Pack else 1
-            if size > writes - head.writes:
-                part = cast(Pack, part).split_off(writes - head.writes)
-                size = len(part.ts)
-            else:
-                del self[0]
-            head.append(part)
+            if head.writes + size > writes:
+                break
             head.writes += size
+            whole += 1
+        head += self[:whole]
+        del self[:whole]
+        if whole < parts and self and head.writes < writes:  # a pack, split
+            split = cast(Pack, self[0]).split_off(writes - head.writes)
+            head.append(split)
+            head.writes += len(split.ts)
         self.first += head.writes
         self.writes -= head.writes
         return head

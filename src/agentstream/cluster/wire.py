@@ -99,11 +99,11 @@ class Pack:
     one entry of the shared log: their times and texts in two lists, the rest once.
 
     A run's tokens are kept so while they wait for their batch (``RedisLog.append`` adds
-    each to the pack before it where it goes on): lists of floats and strings are nothing
-    the garbage collector walks, where the events themselves, held for a quarter of a
-    second, set off most of its passes in a busy process. A pack's JSON takes half the
-    time of its tokens' own, and it is one entry: a stream's entries, and Redis's work,
-    are a few times fewer."""
+    each to the pack before it where it goes on): a pack and its two lists are three
+    objects for the garbage collector to track however many tokens they hold, where the
+    events themselves, an object each held for a quarter of a second, set off most of its
+    passes in a busy process. A pack's JSON takes half the time of its tokens' own, and it
+    is one entry: a stream's entries, and Redis's work, are a few times fewer."""
 
     type: str
     run_id: str
