@@ -82,6 +82,14 @@ async def read_back(redis: Redis, written: list[Event]) -> dict[str, list[Event]
     return read
 
 
+async def read_from(reader: RedisLog, run_id: str, after: int) -> list[Event]:
+    """What a viewer in another process reads first of the run's stream after seq
+    ``after``."""
+    following = await reader.subscribe(run_id, after=after)
+    assert following is not None
+    return await following.next_batch()
+
+
 async def test_another_process_reads_a_run_from_any_seq_to_its_end(redis: Redis) -> None:
     prefix = f"test-{uuid.uuid4().hex}"
     writer, reader = log_of(redis, prefix), log_of(redis, prefix)
@@ -134,9 +142,7 @@ async def test_a_runs_tokens_in_a_batch_are_one_entry_read_back_from_any_seq(
     await writer.flush()
     assert await redis.xlen(writer.key("run_x")) == 2, "the open marker and one pack"
     for after in (0, 1, 17, 49):
-        following = await reader.subscribe("run_x", after=after)
-        assert following is not None
-        assert await following.next_batch() == written["run_x"][after:]
+        assert await read_from(reader, "run_x", after) == written["run_x"][after:]
     writer.append(token(51))
     writer.close("run_x", after=0, last=51)
     await writer.flush()
@@ -168,9 +174,7 @@ async def test_each_runs_tokens_go_packed_however_many_runs_write_at_once(
     await writer.flush()
     for run_id, tokens in written.items():
         assert await redis.xlen(writer.key(run_id)) == 2, "the open marker and one entry"
-        following = await reader.subscribe(run_id, after=0)
-        assert following is not None
-        assert await following.next_batch() == tokens
+        assert await read_from(reader, run_id, 0) == tokens
 
 
 def framed(events: list[Event]) -> list[bytes]:
@@ -194,9 +198,22 @@ async def test_a_batch_sent_again_with_newer_tokens_is_read_once(redis: Redis, f
     await writer._send(framed([token(seq) for seq in range(1, first + 1)]))
     await writer._send(framed([token(seq) for seq in range(1, 10)]))  # sent again, with more
     for after in (0, first):
-        following = await reader.subscribe("run_x", after=after)
-        assert following is not None
-        assert await following.next_batch() == [token(seq) for seq in range(after + 1, 10)]
+        assert await read_from(reader, "run_x", after) == [
+            token(seq) for seq in range(after + 1, 10)
+        ]
+
+
+def text(seq: int, step: int, delta: str, *, separator: str = "", block_id: str = "a") -> TextDelta:
+    """A text token of run_x, of block ``a`` unless said."""
+    return TextDelta(
+        run_id="run_x",
+        seq=seq,
+        ts=2 + seq / 8,
+        block_id=block_id,
+        step=step,
+        delta=delta,
+        separator=separator,
+    )
 
 
 async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in_order(
@@ -211,26 +228,20 @@ async def test_tokens_of_parallel_blocks_of_steps_and_around_a_hole_come_back_in
         token(11, block_id="a"),
         token(13, block_id="a"),  # 12 could not be stored: a hole
         token(14, block_id="a"),
-        TextDelta(
-            run_id="run_x", seq=15, ts=2.0, block_id="a", step=2, delta="x", separator="\n\n"
-        ),
-        TextDelta(
-            run_id="run_x", seq=16, ts=2.0, block_id="a", step=2, delta="y", separator="\n\n"
-        ),
-        TextDelta(run_id="run_x", seq=17, ts=2.0, block_id="a", step=2, delta="z"),
-        TextDelta(run_id="run_x", seq=18, ts=2.0, block_id="a", step=3, delta="z"),
+        text(15, 2, "x", separator="\n\n"),
+        text(16, 2, "y", separator="\n\n"),
+        text(17, 2, "z"),
+        text(18, 3, "z"),
         ReasoningDelta(run_id="run_x", seq=19, ts=2.5, block_id="a", step=3, delta="r"),
         ReasoningDelta(run_id="run_x", seq=20, ts=2.5, block_id="a", step=3, delta="s"),
-        TextDelta(run_id="run_x", seq=21, ts=3.0, block_id="a", step=3, delta="t"),
-        TextDelta(run_id="run_x", seq=23, ts=3.0, block_id="a", step=3, delta="u"),  # a hole
-        TextDelta(run_id="run_x", seq=24, ts=3.0, block_id="a", step=3, delta="v"),
-        TextDelta(
-            run_id="run_x", seq=25, ts=3.0, block_id="a", step=3, delta="w", separator="\n\n"
-        ),
-        TextDelta(run_id="run_x", seq=26, ts=3.0, block_id="a", step=3, delta="x"),
-        TextDelta(run_id="run_x", seq=27, ts=3.0, block_id="a", step=3, delta="y"),
-        TextDelta(run_id="run_x", seq=28, ts=3.0, block_id="a", step=4, delta="z"),
-        TextDelta(run_id="run_x", seq=29, ts=3.0, block_id="b", step=4, delta="z"),
+        text(21, 3, "t"),
+        text(23, 3, "u"),  # 22 could not be stored: a hole
+        text(24, 3, "v"),
+        text(25, 3, "w", separator="\n\n"),
+        text(26, 3, "x"),
+        text(27, 3, "y"),
+        text(28, 4, "z"),
+        text(29, 4, "z", block_id="b"),
     ]
     assert await read_back(redis, written) == {"run_x": written}
 
@@ -742,9 +753,7 @@ async def test_a_runs_backlog_goes_in_packs_of_at_most_full_writes(
     await writer.flush()
     assert await redis.xlen(writer.key("run_x")) == 4, "the open marker and packs of 9, 10, 6"
     for after in (0, 9, 10, 24):
-        following = await reader.subscribe("run_x", after=after)
-        assert following is not None
-        assert await following.next_batch() == written[after:]
+        assert await read_from(reader, "run_x", after) == written[after:]
 
 
 async def test_a_sync_waits_for_every_run_queued_before_it_over_several_batches(
