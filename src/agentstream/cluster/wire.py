@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TypeVar
 
 from pydantic import TypeAdapter, ValidationError
@@ -134,15 +134,7 @@ class Pack:
     def split_off(self, count: int) -> Pack:
         """The first ``count`` tokens (fewer than it holds), taken out as a pack of their
         own."""
-        head = Pack(
-            self.type,
-            self.run_id,
-            self.seq,
-            self.block_id,
-            self.step,
-            self.ts[:count],
-            self.deltas[:count],
-        )
+        head = replace(self, ts=self.ts[:count], deltas=self.deltas[:count])
         del self.ts[:count], self.deltas[:count]
         self.seq += count
         return head
