@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from agentstream.client import Client
+from agentstream.server.app import YOUNG_COLLECTED_AT
 from agentstream.sse import SSEDecoder
 from conftest import (
     free_port,
@@ -146,18 +147,22 @@ def test_a_second_server_on_the_same_data_dir_refuses_and_leaves_the_first_alone
     assert [e["event"] for e in run["events"]].count("error") == 0
 
 
-def test_what_startup_made_is_out_of_the_collectors_full_passes_while_serving(
-    tmp_path: Path,
-) -> None:
+def test_the_collector_is_set_for_serving_while_the_app_serves(tmp_path: Path) -> None:
     """Every full pass of the cyclic collector walked the startup heap (some 200,000
-    objects, about 100 ms with every stream standing still); frozen, it is skipped, and it
-    is given back when the app stops (a process may start another)."""
+    objects, about 100 ms with every stream standing still); frozen, it is skipped. Young
+    objects are passed over every ``YOUNG_COLLECTED_AT`` (a busy server holds thousands for
+    a fraction of a second). Both are given back when the app stops (a process may start
+    another)."""
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     with serve(make_settings(tmp_path)) as live:
-        frozen = gc.get_freeze_count()
+        frozen, serving = gc.get_freeze_count(), gc.get_threshold()
         assert run_events(live, "demo", {"message": "hi"})[-1].json()["event"] == "complete"
     assert frozen > 100_000
+    assert serving == (YOUNG_COLLECTED_AT, *thresholds[1:])
+    assert thresholds[0] < YOUNG_COLLECTED_AT
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
 
 
 def test_a_server_on_a_taken_port_touches_no_data(tmp_path: Path) -> None:
