@@ -277,28 +277,31 @@ class RedisLog:
         was pending: until it has sent all, it goes on by itself."""
         pending = self._pending.get(change.run_id)
         if pending is None:
-            pending = self._pending[change.run_id] = _Pending(self._pushed)
+            self._pending[change.run_id] = pending = _Pending(self._pushed)
+            pending.append(change)
             if len(self._pending) == 1:
                 self._queued.set()
-        token: Any = change  # read as a token only where it is one
-        kind: Any = type(change)
-        last: Any = pending[-1] if pending else None
-        if (
-            type(last) is Pack
-            and last.type is PACKED.get(kind)
-            and last.seq + len(last.ts) == token.seq  # no hole: an event not written
-            and last.block_id == token.block_id
-            and last.step == token.step
-            and not (kind is TextDelta and token.separator)
-        ):
-            last.ts.append(token.ts)
-            last.deltas.append(token.delta)
-        elif kind is type(last) and kind in PACKED and _go_on(last, token):
-            pending[-1] = last = Pack.of(last)
-            last.ts.append(token.ts)
-            last.deltas.append(token.delta)
+            if not self._urgent and change.run_id in self._followed:
+                self._hurry()  # until nothing is pending: a run's first write is enough
         else:
-            pending.append(change)
+            last: Any = pending[-1]  # a run's list pending is never empty
+            token: Any = change  # read as a token only where it is one
+            if (
+                type(last) is Pack
+                and last.type is PACKED.get(type(token))
+                and last.seq + len(last.ts) == token.seq  # no hole: an event not written
+                and last.block_id == token.block_id
+                and last.step == token.step
+                and not (type(token) is TextDelta and token.separator)
+            ):
+                last.ts.append(token.ts)
+                last.deltas.append(token.delta)
+            elif type(token) is type(last) and type(token) in PACKED and _go_on(last, token):
+                pending[-1] = last = Pack.of(last)
+                last.ts.append(token.ts)
+                last.deltas.append(token.delta)
+            else:
+                pending.append(change)
         pending.writes += 1
         self._pushed += 1
         if self._pushed >= self._full_at:
@@ -306,8 +309,6 @@ class RedisLog:
                 self._drop_oldest()
             elif self._gathering is not None:
                 _release(self._gathering)  # full: it goes without gathering
-        if not self._urgent and change.run_id in self._followed:
-            self._hurry()
 
     def close(self, stream_id: str, *, after: int, last: int) -> None:
         """The stream's end goes at once if another process follows it, else with the
