@@ -312,11 +312,11 @@ def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
 
 
 YOUNG_COLLECTED_AT = 10_000
-"""Objects made and not freed since the last pass at which the collector passes over the
-young ones (Python's default: 700). A busy server holds thousands of objects for a few
-hundred milliseconds each (a cluster process, a quarter of a second's batch of every run's
-tokens): at 700, each pass moved them on to be walked again by the older generations' passes,
-some 30 passes and a full one every 6 s at 300 streams, and none at this."""
+"""Objects made and not freed at which the collector passes over the young ones, while the
+app serves (Python's default: 700; a program's own higher setting is kept). A cluster
+process holds every run's pending tokens for a quarter of a second: at 700, at 300 streams,
+each pass moved them on to be walked again by the older generations' passes, some 30 passes
+and a full one every 6 s (80 to 100 ms in all); none at this (docs/benchmarks.md)."""
 
 
 @contextmanager
@@ -328,7 +328,7 @@ def _collector_set_for_serving() -> Iterator[None]:
     The young objects are passed over less often (``YOUNG_COLLECTED_AT``)."""
     thresholds = gc.get_threshold()
     gc.freeze()  # process-wide: what a run resumed at startup made stays until the app stops
-    gc.set_threshold(YOUNG_COLLECTED_AT, *thresholds[1:])
+    gc.set_threshold(max(YOUNG_COLLECTED_AT, thresholds[0]), *thresholds[1:])
     try:
         yield
     finally:
