@@ -609,6 +609,32 @@ async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redi
     assert await seqs(await following.next_batch()) == list(range(1, 401))
 
 
+async def test_a_follow_that_comes_while_a_runs_end_waits_hurries_it(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that ended here with nobody following it elsewhere has its end sent with the
+    quiet batches; a viewer elsewhere that comes meanwhile gets it at once, not up to
+    ``QUIET_GATHER`` later. The run is not followed from then on: it has ended."""
+    monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        await writer.sync()
+        writer.append(step(1))
+        writer.close("run_x", after=0, last=1)
+        await anyio.sleep(0.05)
+        assert await reader.last_seq("run_x") == 0, "quiet: it gathers for QUIET_GATHER"
+        writer.followed("run_x")
+        await eventually(lambda: until_seq(reader, 1))  # not QUIET_GATHER (60 s)
+        group.cancel_scope.cancel()
+    subscription = await reader.subscribe("run_x", after=0)
+    assert subscription is not None
+    assert subscription.ended, "its end marker is in the stream"
+    assert writer._followed == set()
+
+
 async def test_a_follow_from_another_process_hurries_the_runs_writes(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -312,17 +312,19 @@ class RedisLog:
 
     def close(self, stream_id: str, *, after: int, last: int) -> None:
         """The stream's end goes at once if another process follows it, else with the
-        quiet batches (a viewer elsewhere that comes meanwhile reads it up to
-        ``QUIET_GATHER`` later)."""
+        quiet batches (a viewer elsewhere that comes meanwhile hurries it: ``followed``)."""
         self.append(_Marker(_END, stream_id, last, after))
         self._touched.pop(stream_id, None)
         self._followed.discard(stream_id)
 
     def followed(self, run_id: str) -> None:
         """A process elsewhere follows the run (``Notices``): if its stream is open here,
-        its writes go every ``GATHER`` from now on, and what is queued goes now."""
+        its writes go every ``GATHER`` from now on, and what is queued goes now; if it
+        ended here and its end waits in a quiet batch, that batch goes now."""
         if run_id in self._touched:
             self._followed.add(run_id)
+            self._hurry()
+        elif run_id in self._pending:
             self._hurry()
 
     def _hurry(self) -> None:
