@@ -147,22 +147,50 @@ def test_a_second_server_on_the_same_data_dir_refuses_and_leaves_the_first_alone
     assert [e["event"] for e in run["events"]].count("error") == 0
 
 
-def test_the_collector_is_set_for_serving_while_the_app_serves(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("found", "serving"),
+    [(700, YOUNG_COLLECTED_AT), (20_000, 20_000), (0, 0)],
+    ids=["python's default", "a higher one kept", "the collector off, kept off"],
+)
+def test_the_collector_is_set_for_serving_while_the_app_serves(
+    tmp_path: Path, found: int, serving: int
+) -> None:
     """Every full pass of the cyclic collector walked the startup heap (some 200,000
     objects, about 100 ms with every stream standing still); frozen, it is skipped. Young
-    objects are passed over every ``YOUNG_COLLECTED_AT`` (a busy server holds thousands for
-    a fraction of a second). Both are given back when the app stops (a process may start
-    another)."""
+    objects are passed over every ``YOUNG_COLLECTED_AT`` at most (a busy server holds
+    thousands for a fraction of a second). Both are given back when the app stops (a
+    process may start another)."""
     assert gc.get_freeze_count() == 0
-    thresholds = gc.get_threshold()
-    with serve(make_settings(tmp_path)) as live:
-        frozen, serving = gc.get_freeze_count(), gc.get_threshold()
-        assert run_events(live, "demo", {"message": "hi"})[-1].json()["event"] == "complete"
-    assert frozen > 100_000
-    assert serving == (YOUNG_COLLECTED_AT, *thresholds[1:])
-    assert thresholds[0] < YOUNG_COLLECTED_AT
-    assert gc.get_freeze_count() == 0
-    assert gc.get_threshold() == thresholds
+    before = gc.get_threshold()
+    gc.set_threshold(found, *before[1:])
+    try:
+        with serve(make_settings(tmp_path)) as live:
+            frozen, thresholds = gc.get_freeze_count(), gc.get_threshold()
+            assert run_events(live, "demo", {"message": "hi"})[-1].json()["event"] == "complete"
+        assert frozen > 100_000
+        assert thresholds == (serving, *before[1:])
+        assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == (found, *before[1:])
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_the_collector_is_given_back_when_the_last_app_stops(tmp_path: Path) -> None:
+    """Two apps serving in one process: the first to stop leaves the collector set for the
+    other, whichever started first."""
+    before = gc.get_threshold()
+    first = serve(make_settings(tmp_path / "first"))
+    second = serve(make_settings(tmp_path / "second"))
+    first.__enter__()
+    try:
+        second.__enter__()
+    finally:  # the first to start stops first, the second serving still
+        first.__exit__(None, None, None)
+    try:
+        assert gc.get_threshold()[0] == YOUNG_COLLECTED_AT, "the second app still serves"
+    finally:
+        second.__exit__(None, None, None)
+    assert gc.get_threshold() == before
 
 
 def test_a_server_on_a_taken_port_touches_no_data(tmp_path: Path) -> None:

@@ -312,11 +312,16 @@ def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
 
 
 YOUNG_COLLECTED_AT = 10_000
-"""Objects made and not freed at which the collector passes over the young ones, while the
-app serves (Python's default: 700; a program's own higher setting is kept). A cluster
-process holds every run's pending tokens for a quarter of a second: at 700, at 300 streams,
-each pass moved them on to be walked again by the older generations' passes, some 30 passes
-and a full one every 6 s (80 to 100 ms in all); none at this (docs/benchmarks.md)."""
+"""Objects made and not freed at which the collector passes over the young ones while the
+app serves (Python 3.11's default: 700; a program's own higher setting is kept, and so is
+the collector turned off). A cluster process holds every run's pending tokens for a quarter
+of a second: at 700, at 300 streams, each pass moved them on to be walked again by the older
+generations' passes: in a 6 s window, some 30 passes and a full one, 80 to 100 ms in all;
+none at this (docs/benchmarks.md)."""
+
+_SERVING: list[tuple[int, int, int]] = []
+"""The collector's thresholds as the first app that now serves found them, once for each
+app serving: the last one to stop gives them back (apps may stop in any order)."""
 
 
 @contextmanager
@@ -326,13 +331,17 @@ def _collector_set_for_serving() -> Iterator[None]:
     each of them walked it all, and every stream stood still meanwhile (about 100 ms). No
     collection first: it found a few hundred objects to free, and takes 100 ms or more.
     The young objects are passed over less often (``YOUNG_COLLECTED_AT``)."""
-    thresholds = gc.get_threshold()
+    found = _SERVING[0] if _SERVING else gc.get_threshold()
+    if not _SERVING and 0 < found[0] < YOUNG_COLLECTED_AT:  # 0: the collector is off
+        gc.set_threshold(YOUNG_COLLECTED_AT, *found[1:])
+    _SERVING.append(found)
     gc.freeze()  # process-wide: what a run resumed at startup made stays until the app stops
-    gc.set_threshold(max(YOUNG_COLLECTED_AT, thresholds[0]), *thresholds[1:])
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        _SERVING.pop()
+        if not _SERVING:
+            gc.set_threshold(*found)
         gc.unfreeze()  # an app that stops can be collected (in tests, several a process; a
         # second app still serving then has its startup heap walked again, as before)
 
