@@ -11,7 +11,10 @@ on for ``WINDOW`` seconds (``callgrind_control``) and counts the frames sent mea
 
 Printed, instructions per frame: the bare Starlette baseline, the working tree, each
 ``REV`` (``git archive``), and ``bench.paced_cpu``'s knock-out variants on the working tree
-(what the frames, and the live log with the response's task, cost). A count is not a time:
+(what the frames, and the live log with the response's task, cost). With ``--cluster``, also
+the working tree in cluster mode and its knock-outs (``bench.paced_cpu.CLUSTER_VARIANTS``;
+PostgreSQL and Redis as ``bench.services`` finds them): what a cluster process adds to a
+token, and where. A count is not a time:
 a system call or a cache miss costs more than its instructions say, so the ratio to the
 baseline here is not scenario 2's CPU ratio. It tells whether a change made a token's way
 cheaper, and by how much. Needs valgrind (Debian's package).
@@ -29,8 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import services
 from bench.loopback import BENCH_ROOT
-from bench.paced_cpu import VARIANTS, paced
+from bench.paced_cpu import CLUSTER_VARIANTS, VARIANTS, paced
 from bench.revisions import checked_out
 from bench.tables import text_table
 
@@ -63,17 +67,27 @@ async def _count_frames(variant: str, streams: int, rate: float, window: float) 
     os._exit(0)  # ending the app and its streams is not what is measured
 
 
-def per_frame(variant: str, source: Path, streams: int, rate: float, window: float) -> float:
-    """Instructions per frame of ``variant``, agentstream imported from ``source``."""
+def per_frame(
+    variant: str,
+    source: Path,
+    streams: int,
+    rate: float,
+    window: float,
+    env: dict[str, str] | None = None,
+) -> float:
+    """Instructions per frame of ``variant``, agentstream imported from ``source``, with
+    ``env`` beside this process's environment."""
     load = (str(value) for value in (streams, rate, window))
-    total, printed = counted(source, "bench.instructions", "--one", variant, *load)
+    total, printed = counted(source, "bench.instructions", "--one", variant, *load, env=env or {})
     frames = int(printed.split()[-1])
     if frames < KEPT_UP * streams * rate * window:
         raise RuntimeError(f"{variant}: {frames} frames, the process fell behind its pace")
     return total / frames
 
 
-def counted(source: Path, module: str, *args: str) -> tuple[int, str]:
+def counted(
+    source: Path, module: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """``python -m module *args`` under callgrind, agentstream imported from ``source``,
     counting off until the process turns it on (``counting``): the instructions counted,
     and what it printed. Exits with a readable line without valgrind."""
@@ -81,10 +95,14 @@ def counted(source: Path, module: str, *args: str) -> tuple[int, str]:
         sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as scratch:
         counts = Path(scratch) / "callgrind.out"
-        env = os.environ | {
-            "PYTHONPATH": os.pathsep.join([str(source / "src"), str(BENCH_ROOT)]),
-            "PYTHONHASHSEED": "0",
-        }
+        env = (
+            os.environ
+            | (env or {})
+            | {
+                "PYTHONPATH": os.pathsep.join([str(source / "src"), str(BENCH_ROOT)]),
+                "PYTHONHASHSEED": "0",
+            }
+        )
         done = subprocess.run(
             [
                 "valgrind",
@@ -114,7 +132,10 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=STREAMS)
     parser.add_argument("--rate", type=float, default=RATE)
     parser.add_argument("--window", type=float, default=WINDOW)
+    parser.add_argument("--cluster", action="store_true", help="also in cluster mode")
     options = parser.parse_args()
+    if options.cluster and (missing := services.unavailable()) is not None:
+        sys.exit(missing)
     load = (options.streams, options.rate, options.window)
     tree = BENCH_ROOT
     rows: list[tuple[str, float]] = [("baseline", per_frame("baseline", tree, *load))]
@@ -124,6 +145,9 @@ def main() -> None:
             rows.append((f"agentstream ({revision})", per_frame("agentstream", source, *load)))
     for variant in VARIANTS[2:]:
         rows.append((f"{variant} (working tree)", per_frame(variant, tree, *load)))
+    for variant in CLUSTER_VARIANTS if options.cluster else ():
+        with services.cluster_environment() as cluster:
+            rows.append((f"{variant} (working tree)", per_frame(variant, tree, *load, cluster)))
     title = (
         f"Instructions per paced token, {options.streams} streams at {options.rate:g} tokens/s,"
         f" {options.window:g} s counted"

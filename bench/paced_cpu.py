@@ -34,6 +34,14 @@ from bench.concurrency import RATE
 from bench.tables import text_table
 
 VARIANTS = ("baseline", "agentstream", "agentstream, no frames", "agentstream, no live log")
+CLUSTER_VARIANTS = (
+    "agentstream, cluster",
+    "agentstream, cluster, tokens not mirrored",
+    "agentstream, cluster, mirrored, not sent",
+)
+"""Run with a cluster's settings (``bench.services.cluster_environment``): the app in cluster
+mode, then with its tokens dropped at the mirror (``RedisLog.append``), then queued and
+framed but not sent (``RedisLog._send``): what a cluster process adds, and where."""
 TOKENS = 100_000
 """Per stream: more than the warm-up and any window take, so none ends during one."""
 WARM_UP = 2.0
@@ -109,6 +117,24 @@ def _knock_out(variant: str, frames: list[int]) -> None:
                 append(log, event)
 
         setattr(RunLog, "append", dropping_tokens)  # noqa: B010 (a method, replaced)
+    elif variant == "agentstream, cluster, tokens not mirrored":
+        from agentstream.cluster.redis_log import RedisLog
+        from agentstream.events import TextDelta
+
+        mirror = RedisLog.append
+
+        def mirroring_no_tokens(log: RedisLog, change: Any) -> None:
+            if type(change) is not TextDelta:
+                mirror(log, change)
+
+        setattr(RedisLog, "append", mirroring_no_tokens)  # noqa: B010 (a method, replaced)
+    elif variant == "agentstream, cluster, mirrored, not sent":
+        from agentstream.cluster.redis_log import RedisLog
+
+        async def not_sent(_log: RedisLog, _framed: list[bytes]) -> None:
+            return None
+
+        setattr(RedisLog, "_send", not_sent)  # noqa: B010 (a method, replaced)
 
 
 @asynccontextmanager
