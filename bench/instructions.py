@@ -78,7 +78,7 @@ def per_frame(
     """Instructions per frame of ``variant``, agentstream imported from ``source``, with
     ``env`` beside this process's environment."""
     load = (str(value) for value in (streams, rate, window))
-    total, printed = counted(source, "bench.instructions", "--one", variant, *load, env=env or {})
+    total, printed = counted(source, "bench.instructions", "--one", variant, *load, env=env)
     frames = int(printed.split()[-1])
     if frames < KEPT_UP * streams * rate * window:
         raise RuntimeError(f"{variant}: {frames} frames, the process fell behind its pace")
