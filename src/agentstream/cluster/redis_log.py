@@ -82,15 +82,15 @@ in another process sees a token up to that much later (the cluster's target: p99
 ms added); a batch that comes later than this after the one before, that the one before
 left due (``FULL``), or that a ``sync`` waits for, goes at once."""
 
-QUIET_GATHER = 0.25
+QUIET_GATHER = 1.0
 """``GATHER`` while no change pending is of a run another process follows: most runs are
 watched only where they execute, and their tokens need reach Redis only for a viewer that
 comes later (who reads them from the stream; a follower tells the run's process first,
-``followed``, which then hurries). Round trips were most of a cluster process's CPU
-beyond the embedded one's; under light load each carries few tokens, and a quarter of a
-second took about a third off what a token cost beyond the embedded process at 400 tokens/s
-(docs/benchmarks.md). Under heavy load a quiet batch takes ``FULL`` events, and the
-next goes at once."""
+``followed``, which then hurries). What a batch costs a stream (taking its events, a pack's
+JSON, a share of the round trip) is spread over the tokens it carries: under light load,
+a second's a token cost a cluster process about 5% more than the embedded one, a quarter
+of a second's about 20% (docs/benchmarks.md). A process that dies loses this much of its
+runs' tokens from the shared log at most (the store has the rest)."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
