@@ -40,8 +40,8 @@ CLUSTER_VARIANTS = (
     "agentstream, cluster, mirrored, not sent",
 )
 """Run with a cluster's settings (``bench.services.cluster_environment``): the app in cluster
-mode, then with its tokens left out where the mirror reads them (``Stream.kept``), then
-read and framed but not sent (``RedisLog._send``): what a cluster process adds, and where."""
+mode, then with its tokens dropped at the mirror (``RedisLog.append``), then queued and
+framed but not sent (``RedisLog._send``): what a cluster process adds, and where."""
 TOKENS = 100_000
 """Per stream: more than the warm-up and any window take, so none ends during one."""
 WARM_UP = 2.0
@@ -118,19 +118,16 @@ def _knock_out(variant: str, frames: list[int]) -> None:
 
         setattr(RunLog, "append", dropping_tokens)  # noqa: B010 (a method, replaced)
     elif variant == "agentstream, cluster, tokens not mirrored":
+        from agentstream.cluster.redis_log import RedisLog
         from agentstream.events import TextDelta
-        from agentstream.runlog import Stream
 
-        kept = Stream.kept
+        mirror = RedisLog.append
 
-        def keeping_no_tokens(stream: Stream, start: int, end: int) -> list[Any]:
-            return [
-                event
-                for event in kept(stream, start, end)
-                if (event[0].kind if type(event) is tuple else type(event)) is not TextDelta
-            ]
+        def mirroring_no_tokens(log: RedisLog, change: Any) -> None:
+            if type(change) is not TextDelta:
+                mirror(log, change)
 
-        setattr(Stream, "kept", keeping_no_tokens)  # noqa: B010 (a method, replaced)
+        setattr(RedisLog, "append", mirroring_no_tokens)  # noqa: B010 (a method, replaced)
     elif variant == "agentstream, cluster, mirrored, not sent":
         from agentstream.cluster.redis_log import RedisLog
 

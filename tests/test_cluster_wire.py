@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from agentstream.cluster.wire import Pack, packed_events, packed_first_seq, packs_json
 from agentstream.events import ReasoningDelta, TextDelta, Token
-from agentstream.runlog import Deltas
 
 texts = st.text(st.characters() | st.sampled_from(["\ud800", "\udfff", "\n", '"', "\\"]))
 
@@ -26,22 +25,25 @@ def test_a_packs_tokens_come_back_equal_whole_or_split(
     deltas: list[str], times: list[float], split: int, kind: type[Token]
 ) -> None:
     """A pack written (``packs_json``, a lone surrogate's by the standard library) reads
-    back (``packed_events``) as the tokens that were packed, in order; so do two packs made
-    from the in-process log's pack of them (``Pack.kept``), split anywhere (a batch takes
-    what a pack gained since the last, or part of it when it has no room for all)."""
+    back (``packed_events``) as the tokens that were packed, in order; so do its two parts
+    once split (a batch takes the first part of a run's pack that has more than it has
+    room for)."""
     tokens = [
         kind(run_id="run ☃", seq=7 + i, ts=ts, block_id="agent", step=2, delta=delta)
         for i, (delta, ts) in enumerate(zip(deltas, times, strict=False))
     ]
-    pack = Pack.of(tokens)
+    pack = Pack.of(tokens[0])
+    for later in tokens[1:]:
+        pack.ts.append(later.ts)
+        pack.deltas.append(later.delta)
     assert pack.last_seq == tokens[-1].seq
     [whole] = packs_json([pack])
     assert packed_events(whole) == tokens
-    kept = Deltas(tokens)
-    split = min(split, len(tokens))
-    payloads = packs_json([Pack.kept(kept, 0, split), Pack.kept(kept, split, len(tokens))])
-    assert [packed_events(payload) for payload in payloads] == [tokens[:split], tokens[split:]]
-    assert packed_first_seq(payloads[0]) == tokens[0].seq
+    if split < len(tokens):
+        head = pack.split_off(split)
+        payloads = packs_json([head, pack])
+        assert [packed_events(payload) for payload in payloads] == [tokens[:split], tokens[split:]]
+        assert packed_first_seq(payloads[1]) == tokens[split].seq
 
 
 def test_a_pack_carries_every_field_of_a_token() -> None:

@@ -31,7 +31,7 @@ from agentstream.providers.base import (
     TextPart,
     TurnEndPart,
 )
-from agentstream.runlog import Deltas, RunLog, Stream
+from agentstream.runlog import RunLog, _Deltas, _Stream
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 
@@ -171,7 +171,7 @@ def token(seq: int, kind: str, step_: int, block: str | None) -> Event:
     st.integers(0, 320),
     st.integers(0, 5),
     st.integers(1, 40),
-    st.sampled_from([16, 20, 64, Stream.BEHIND]),
+    st.sampled_from([16, 20, 64, _Stream.BEHIND]),
 )
 def test_a_viewer_from_any_seq_gets_the_very_events_appended(
     runs: list[tuple[str, int, str | None, bool, int]],
@@ -186,8 +186,7 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
     cursor are packed, whatever a pack may hold (``most``: small, so packs fill up), and
     however far behind a viewer holds the packing up (``behind``).
     The first so many tokens of each kind read back as text (``RunLog.text``), as the viewer
-    reads along, are their deltas joined; and any span of events, as kept for the mirror
-    (``Stream.kept``), is the very events.
+    reads along, are their deltas joined.
     ``runs``: events of one kind, step and block, so many times in a row."""
     script = [
         (kind, step_, block, reads)
@@ -208,37 +207,17 @@ def test_a_viewer_from_any_seq_gets_the_very_events_appended(
             log.append(event)
             if reads_now:
                 check_texts(log, appended[: event.seq - base], max(after, base))
-                check_kept(log, appended[: event.seq - base])
                 if event.seq > after:
                     read_along += await along.next_batch()
         log.close("r")
         read_along += await along.next_batch()
         check_texts(log, appended, max(after, base))
-        check_kept(log, appended)
         joined = log.subscribe("r", after=after)
         return read_along, await joined.next_batch(), await joined.next_batch()
 
     expected = [e for e in appended if e.seq > after]
-    with patch.object(Deltas, "MOST", most), patch.object(Stream, "BEHIND", behind):
+    with patch.object(_Deltas, "MOST", most), patch.object(_Stream, "BEHIND", behind):
         assert asyncio.run(replayed()) == (expected, expected, [])
-
-
-def check_kept(log: RunLog, appended: list[Event]) -> None:
-    """``Stream.kept`` gives a span of events as kept (each event, or a pack and the bounds
-    of the span's tokens in it): the events of that span, made again from the packs."""
-    stream = log._streams["r"]
-    count = len(appended)
-    spans = ((0, count), (count // 3, count // 2), (count // 2, count), (count // 3, count // 3))
-    for start, end in spans:
-        spanned: list[Event] = []
-        for kept in stream.kept(start, end):
-            if isinstance(kept, tuple):
-                deltas, first, stop = kept
-                assert 0 <= first < stop <= len(deltas)
-                spanned += deltas.events(first)[: stop - first]
-            else:
-                spanned.append(kept)
-        assert spanned == appended[start:end]
 
 
 def check_texts(log: RunLog, appended: list[Event], after: int) -> None:
@@ -368,7 +347,7 @@ async def test_a_live_agent_run_keeps_its_tokens_once_in_the_log() -> None:
 
 @pytest.mark.parametrize(
     ("viewer", "most"),
-    [("none", Stream.RECENT), ("reading along", Stream.RECENT), ("reading nothing", 250)],
+    [("none", _Stream.RECENT), ("reading along", _Stream.RECENT), ("reading nothing", 250)],
 )
 async def test_a_live_agent_run_keeps_as_strings_only_the_tokens_its_viewers_have_not_read(
     viewer: str, most: int

@@ -5,9 +5,7 @@ A run writes here whether or not anyone watches; an HTTP connection only subscri
 is the in-process log: viewers in this process read it directly, and a run's stream outlives
 it for ``retention`` seconds so a late or reconnecting viewer still gets the live-only
 events. In cluster mode a ``Mirror`` copies every stream where the other processes read it
-(``agentstream.cluster.redis_log``): it is told when a stream has events it has not taken,
-once until it takes them, and reads them from the stream itself, as kept (``Stream.kept``):
-a token costs the run nothing more than the test that tells it.
+(``agentstream.cluster.redis_log``).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Protocol, cast
 
 from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token
 
-__all__ = ["Deltas", "LogSubscription", "Mirror", "RunLog", "Stream", "Subscription", "pack_key"]
+__all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription"]
 
 
 class Subscription(Protocol):
@@ -53,23 +51,23 @@ class Subscription(Protocol):
 
 
 class Mirror(Protocol):
-    """Where this process's streams are copied for other processes, in batches: told that a
-    stream opened, that it has events the mirror has not taken (once, until it takes them:
-    ``Stream.mirrored``) and that it ended, without waiting; it reads the events from the
-    stream (``Stream.kept``)."""
+    """Where this process's streams are copied for other processes: told of each change in
+    order, without waiting (it batches the writes)."""
 
-    def open(self, stream: Stream) -> None: ...
+    def open(self, stream_id: str, *, after: int) -> None: ...
 
-    def changed(self, stream: Stream) -> None: ...
+    def append(self, event: Event) -> None: ...
 
-    def close(self, stream: Stream) -> None: ...
+    def close(self, stream_id: str, *, after: int, last: int) -> None:
+        """The stream (opened after seq ``after``) ended after seq ``last``."""
+        ...
 
     async def sync(self) -> None:
         """Wait until the changes told so far are visible to the other processes."""
         ...
 
 
-class Deltas:
+class _Deltas:
     """Consecutive tokens of one kind, block and step, packed: their times and lengths, and
     their texts joined. A live run keeps every token for a viewer that joins late: as
     events, a token of a few letters costs about 220 bytes; packed, about 17."""
@@ -93,7 +91,7 @@ class Deltas:
 
     def goes_on_with(self, event: Event) -> bool:
         """``event`` (the next after this pack's last) belongs in it."""
-        return len(self) < self.MOST and pack_key(event) == (self.kind, self.block_id, self.step)
+        return len(self) < self.MOST and _pack_key(event) == (self.kind, self.block_id, self.step)
 
     def extend(self, tokens: list[Token]) -> None:
         self.times.extend([token.ts for token in tokens])
@@ -133,29 +131,16 @@ class Deltas:
             )
         return events
 
-    def texts(self, start: int, end: int) -> list[str]:
-        """The deltas of the ``start``-th to the ``end``-th token (not included): a few at a
-        time, as the mirror takes them, a loop costs less than setting up C's."""
-        text, at = self.text, self._offset(start)
-        texts: list[str] = []
-        for length in self.lengths[start:end]:
-            texts.append(text[at : at + length])
-            at += length
-        return texts
-
     def joined(self, start: int, end: int) -> str:
         """The deltas of the ``start``-th to the ``end``-th token (not included), joined."""
         return self.text[self._offset(start) : self._offset(end)]
 
     def _offset(self, start: int) -> int:
-        """Where the ``start``-th token's delta begins in ``text``: summed from the nearer
-        end (the mirror reads a pack's newest tokens, as does a viewer that keeps up)."""
-        if start <= len(self) // 2:
-            return sum(self.lengths[:start])
-        return len(self.text) - sum(self.lengths[start:])
+        """Where the ``start``-th token's delta begins in ``text``."""
+        return sum(self.lengths[:start])
 
 
-def pack_key(event: Event) -> object:
+def _pack_key(event: Event) -> object:
     """Tokens of one kind, block and step pack together (a text token with a separator
     does not: a pack gives every token back without one); any other event stays as it is."""
     if type(event) is ReasoningDelta or (type(event) is TextDelta and not event.separator):
@@ -163,7 +148,7 @@ def pack_key(event: Event) -> object:
     return id(event)
 
 
-class Stream:
+class _Stream:
     """A run's events in seq order: those some viewer has not read yet as they were
     appended, where the viewers that keep up read them; the rest packed, for a viewer that
     joins late."""
@@ -174,10 +159,8 @@ class Stream:
         "count",
         "ends",
         "held",
-        "mirrored",
         "packed",
         "recent",
-        "run_id",
         "subscribers",
         "waiting",
     )
@@ -193,11 +176,10 @@ class Stream:
     ``RECENT`` are packed whether read or not, and a viewer that far behind reads them back
     from their packs."""
 
-    def __init__(self, run_id: str, base: int) -> None:
-        self.run_id = run_id
+    def __init__(self, base: int) -> None:
         self.base = base
         """The seq before this stream's first event: 0, or where a paused run left off."""
-        self.packed: list[Event | Deltas] = []
+        self.packed: list[Event | _Deltas] = []
         self.ends: list[int] = []
         """How many events ``packed`` holds up to and with each of its entries."""
         self.held = 0
@@ -211,9 +193,6 @@ class Stream:
         self.waiting: list[asyncio.Future[None]] = []
         """What the viewers that have read every event wait on: bare futures, not an
         ``asyncio.Event`` each, which is heavier to keep and to set, once per token."""
-        self.mirrored = 0
-        """How many of its events the mirror has taken (set by the mirror): it is told of
-        the first event past them (``Mirror.changed``)."""
 
     @property
     def last_seq(self) -> int:
@@ -243,19 +222,19 @@ class Stream:
             for subscriber in self.subscribers:
                 count = min(count, subscriber.read - self.held)
         if count > 0:
-            for _, group in groupby(self.recent[:count], pack_key):
+            for _, group in groupby(self.recent[:count], _pack_key):
                 self._pack(list(group))
             del self.recent[:count]
 
     def _pack(self, events: list[Event]) -> None:
-        """Pack events of one ``pack_key``, the next after those packed so far."""
+        """Pack events of one ``_pack_key``, the next after those packed so far."""
         last = self.packed[-1] if self.packed else None
         self.held += len(events)
-        if isinstance(last, Deltas) and last.goes_on_with(events[0]):
+        if isinstance(last, _Deltas) and last.goes_on_with(events[0]):
             last.extend(cast(list[Token], events))
             self.ends[-1] = self.held
         else:
-            self.packed.append(Deltas(cast(list[Token], events)) if events[1:] else events[0])
+            self.packed.append(_Deltas(cast(list[Token], events)) if events[1:] else events[0])
             self.ends.append(self.held)
 
     def since(self, index: int) -> list[Event]:
@@ -265,37 +244,18 @@ class Stream:
             return self.recent[index - held :]
         events: list[Event] = []
         for entry, start in self._packed_from(index):
-            if isinstance(entry, Deltas):
+            if isinstance(entry, _Deltas):
                 events += entry.events(start)
             else:
                 events.append(entry)
         return events + self.recent
-
-    def kept(self, start: int, end: int) -> list[Event | tuple[Deltas, int, int]]:
-        """The events from the ``start``-th to the ``end``-th (not included) as kept: each
-        event, or a pack with the bounds of those it holds (from its first, 0): the mirror
-        takes a pack's tokens without making them again."""
-        if start >= end:
-            return []
-        kept: list[Event | tuple[Deltas, int, int]] = []
-        if start < self.held:
-            at = bisect_right(self.ends, start)
-            for entry, stop in zip(self.packed[at:], self.ends[at:], strict=True):
-                if isinstance(entry, Deltas):
-                    begins = stop - len(entry)
-                    kept.append((entry, max(start - begins, 0), min(end, stop) - begins))
-                else:
-                    kept.append(entry)
-                if stop >= end:
-                    return kept
-        return kept + self.recent[max(start - self.held, 0) : end - self.held]
 
     def text(self, kind: type[Token], index: int, count: int) -> str:
         """The deltas of the first ``count`` ``kind`` tokens from the ``index``-th event on,
         joined, read from the packs without making the events again."""
         pieces: list[str] = []
         for entry, start in self._packed_from(index):
-            if isinstance(entry, Deltas):
+            if isinstance(entry, _Deltas):
                 if entry.kind is kind and count:
                     taken = min(count, len(entry) - start)
                     pieces.append(entry.joined(start, start + taken))
@@ -307,12 +267,12 @@ class Stream:
         pieces += [event.delta for event in recent if type(event) is kind][:count]
         return "".join(pieces)
 
-    def _packed_from(self, index: int) -> Iterator[tuple[Event | Deltas, int]]:
+    def _packed_from(self, index: int) -> Iterator[tuple[Event | _Deltas, int]]:
         """The packed entries from the one that holds the ``index``-th event, each with
         where in it the events from the ``index``-th begin (0 for a single event)."""
         at = bisect_right(self.ends, index)
         for entry, end in zip(self.packed[at:], self.ends[at:], strict=True):
-            begins = end - len(entry) if isinstance(entry, Deltas) else end - 1
+            begins = end - len(entry) if isinstance(entry, _Deltas) else end - 1
             yield entry, max(index - begins, 0)
 
     def wake(self) -> None:
@@ -326,7 +286,7 @@ class Stream:
 class LogSubscription:
     """One viewer's cursor into a stream's events."""
 
-    def __init__(self, stream: Stream, after: int) -> None:
+    def __init__(self, stream: _Stream, after: int) -> None:
         self._stream = stream
         self.read = max(after - stream.base, 0)
         """Events read so far, from the stream's first; past its end for a viewer that has
@@ -377,24 +337,22 @@ class RunLog:
     """The live streams of every run in this process, by run id."""
 
     def __init__(self, *, retention: float = 300.0, mirror: Mirror | None = None) -> None:
-        self._streams: dict[str, Stream] = {}
+        self._streams: dict[str, _Stream] = {}
         self._retention = retention
         self.mirror = mirror
 
     def open(self, stream_id: str, *, after: int = 0) -> None:
         """A (new) live stream, whose first event will follow seq ``after``."""
-        self._streams[stream_id] = stream = Stream(stream_id, after)
+        self._streams[stream_id] = _Stream(after)
         if self.mirror is not None:
-            self.mirror.open(stream)
+            self.mirror.open(stream_id, after=after)
 
     def append(self, event: BaseEvent) -> None:
         """Add an event to its run's stream (open). Takes ``Event``s only (the runtime
-        makes no others): not ``cast`` to one, which is a call a token. The mirror is told
-        of the first event it has not taken only."""
-        stream = self._streams[event.run_id]
-        stream.append(event)  # type: ignore[arg-type]
-        if self.mirror is not None and stream.count - stream.mirrored == 1:
-            self.mirror.changed(stream)
+        makes no others): not ``cast`` to one, which is a call a token."""
+        self._streams[event.run_id].append(event)  # type: ignore[arg-type]
+        if self.mirror is not None:
+            self.mirror.append(event)  # type: ignore[arg-type]
 
     def close(self, stream_id: str) -> None:
         """The stream ended: subscribers drain and stop; the log is dropped after retention."""
@@ -402,10 +360,10 @@ class RunLog:
         stream.closed = True
         stream.wake()
         if self.mirror is not None:
-            self.mirror.close(stream)
+            self.mirror.close(stream_id, after=stream.base, last=stream.last_seq)
         asyncio.get_running_loop().call_later(self._retention, self._drop, stream_id, stream)
 
-    def _drop(self, stream_id: str, stream: Stream) -> None:
+    def _drop(self, stream_id: str, stream: _Stream) -> None:
         # Only this stream: a run continued after a pause has a new one under the same id.
         if self._streams.get(stream_id) is stream:
             del self._streams[stream_id]

@@ -7,21 +7,19 @@ or a run's consecutive tokens packed (``p``, keyed by the last one's seq). Two m
 a part of a run: ``<base>-1`` opens it (``open``: the seq it follows) and ``<last>-2``
 closes it (``end``).
 
-The in-process log tells this mirror that a stream has events it has not taken, once until
-it takes them (``runlog.Mirror``), and a batch reads them from the stream as that log keeps
-them: its packs of tokens (``runlog.Deltas``) become packs here (``Pack``) from slices of
-their arrays and text, and the tokens it keeps as they came are packed too, so a run's
-consecutive tokens go as one entry however many runs write at once; a token costs its run
-one test, not a call. Batches are sent by one task per process, each one call of a script
-that applies it inside Redis: while a batch is on its way the next one gathers, for
-``GATHER`` seconds from the start of the one before at least while it holds a change of a
-run another process follows (``followed``), ``QUIET_GATHER`` while it holds none. (The
-script names its keys in its arguments: one Redis server, with replicas or not, not a Redis
-Cluster.) A stream is
-trimmed to its last ``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its
-expiry was last renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and
-``retention`` seconds after it ends. Whatever the stream no longer holds, a viewer reads
-from the store (``Subscription.starts_after``).
+Writes are queued without waiting, each run's apart, and sent in batches by one task per
+process, each batch one call of a script that applies it inside Redis: while a batch is on
+its way the next one gathers, for ``GATHER`` seconds from the start of the one before at
+least while it holds a write of a run another process follows (``followed``),
+``QUIET_GATHER`` while it holds none. A run's consecutive tokens are kept packed as they
+come (``Pack``) and a batch takes what each run queued whole, so they go as one entry
+however many runs write at once, and a token costs its place in a pack and its share of the
+pack's JSON and of one command. (The script names its keys in its arguments: one Redis
+server, with replicas or not, not a Redis Cluster.) A stream is trimmed to its last
+``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its expiry was last
+renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention`` seconds
+after it ends. Whatever the stream no longer holds, a viewer reads from the store
+(``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from redis.exceptions import RedisError
 
 from agentstream import telemetry
 from agentstream.cluster.wire import (
+    PACKED,
     Pack,
     event_of,
     events_json,
@@ -47,8 +46,7 @@ from agentstream.cluster.wire import (
     packed_first_seq,
     packs_json,
 )
-from agentstream.events import Event, Token
-from agentstream.runlog import Stream, pack_key
+from agentstream.events import Event, TextDelta, Token
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
@@ -64,33 +62,33 @@ a renewal of a stream's expiry, now and then): Redis runs a batch's script while
 process's reads and writes wait (512 single events, 1.8 ms)."""
 
 FULL = 4096
-"""Most events a batch takes (tokens, mostly; a stream that alone has more is taken in
-part): a batch that leaves some due for want of room is followed by the next at once."""
+"""Writes queued (tokens, mostly) at which a batch goes without gathering, and most writes
+a batch takes: under heavy load batches go about this many tokens apart, several of each
+run's packed."""
 
 MAX_QUEUED = 200_000
-"""Events kept pending while Redis is away: past this once a batch failed, the oldest go,
-those of the streams pending longest (a viewer in another process then finds a gap and
-resumes from the store). A live run's in-process log holds them anyway; this bounds what a
-long outage keeps of runs that ended, and what is sent once Redis is back."""
+"""Writes kept while Redis is away; past this, the oldest go, those of the runs queued
+longest (a viewer in another process then finds a gap and resumes from the store)."""
 
 GATHER = 0.002
-"""Seconds from one batch's start to the next's at least, while a change pending is of a
-run another process follows (``followed``), or opens a stream: a round trip then carries that
+"""Seconds from one batch's start to the next's at least, while a write queued is of a run
+another process follows (``followed``), or opens a stream: a round trip then carries that
 long's tokens of every stream, where it carried the few that came while the one before
 was on its way (a round trip costs this process more CPU than the tokens in it). A viewer
 in another process sees a token up to that much later (the cluster's target: p99 under 5
-ms added); a batch that comes later than this after the one before, that the one before
-left due (``FULL``), or that a ``sync`` waits for, goes at once."""
+ms added); a batch that comes later than this after the one before, that is full already
+(``FULL``), or that a ``sync`` waits for, goes at once."""
 
 QUIET_GATHER = 1.0
-"""``GATHER`` while no change pending is of a run another process follows: most runs are
+"""``GATHER`` while no write queued is of a run another process follows: most runs are
 watched only where they execute, and their tokens need reach Redis only for a viewer that
 comes later (who reads them from the stream; a follower tells the run's process first,
-``followed``, which then hurries). What a batch costs a stream (taking its events, a pack's
-JSON, a share of the round trip) is spread over the tokens it carries: under light load,
-a second's a token cost a cluster process about 5% more than the embedded one, a quarter
-of a second's about 20% (docs/benchmarks.md). A process that dies loses this much of its
-runs' tokens from the shared log at most (the store has the rest)."""
+``followed``, which then hurries). What a batch costs a run (its list and pack, their JSON,
+a share of the round trip) is spread over the tokens it carries: under light load, a
+second's a token cost a cluster process about 6% more than the embedded one, a quarter of a
+second's about 15% (docs/benchmarks.md). Under heavy load a batch fills (``FULL``) and goes
+sooner. A process that dies loses this much of its runs' tokens from the shared log at most
+(the store has the rest)."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -161,7 +159,7 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 
 
 class _Marker(NamedTuple):
-    """A stream's ``open`` (after a seq) or ``end`` (at its last seq), framed between its
+    """A stream's ``open`` (after a seq) or ``end`` (at its last seq), queued between its
     events."""
 
     kind: bytes
@@ -171,15 +169,44 @@ class _Marker(NamedTuple):
     """The seq the stream opened after (an end says which part it ends)."""
 
 
-_Part = Event | _Marker | Pack
-"""One entry of a batch."""
+_Queued = Event | _Marker
+"""One change of a stream, queued to be sent."""
 
 
-_Taken = tuple[Stream, int, int, bool, bool]
-"""What a batch took of a stream, to put back if it fails: the stream, the number of its
-first change told since it was last taken whole, how many of its events the mirror had
-taken before, and whether the batch took its start and its end (a tuple: made once a
-stream a batch, where a named one's constructor is a Python call)."""
+class _Pending(list[Event | _Marker | Pack]):
+    """A run's changes not sent yet, in order (its consecutive tokens in packs, a lone one
+    as an event), with how many writes they are and the number of the first or a smaller
+    one (writes are numbered over every run's, as queued: a run's next after ``k`` of its
+    own has at least ``first + k``): a ``sync`` waits until none queued before it is
+    pending."""
+
+    __slots__ = ("first", "writes")
+
+    def __init__(self, first: int) -> None:
+        super().__init__()
+        self.first = first
+        self.writes = 0
+
+    def split_off(self, parts: int, writes: int) -> _Pending:
+        """Its first ``parts`` parts at most and ``writes`` writes at most (a pack split if
+        need be), taken out."""
+        head = _Pending(self.first)
+        whole = 0
+        for part in self[:parts]:
+            size = len(part.ts) if type(part) is Pack else 1
+            if head.writes + size > writes:
+                break
+            head.writes += size
+            whole += 1
+        head += self[:whole]
+        del self[:whole]
+        if whole < parts and self and head.writes < writes:  # a pack, split
+            split = cast(Pack, self[0]).split_off(writes - head.writes)
+            head.append(split)
+            head.writes += len(split.ts)
+        self.first += head.writes
+        self.writes -= head.writes
+        return head
 
 
 class RedisLog:
@@ -203,84 +230,103 @@ class RedisLog:
         self._prefix = prefix
         self._retention = max(1, round(retention))
         self._max_events = max_events
-        self._pending: dict[Stream, int] = {}
-        """The streams with changes not sent yet, in the order their oldest was told (but
-        for a stream a full batch took part of, which stays first), each with the number of
-        its first change told since it was last taken whole (changes are numbered over
-        every stream's, as told): a ``sync`` waits until none told before it is pending."""
-        self._opening: set[Stream] = set()
-        self._ending: set[Stream] = set()
-        """The streams whose start, or end, is pending."""
-        self._in_flight: list[_Taken] = []
+        self._pending: dict[str, _Pending] = {}
+        """Each run's changes not sent yet; the runs in the order their oldest was queued
+        (but for a run a full batch took part of, which stays first)."""
+        self._in_flight: list[tuple[str, _Pending]] = []
         """The batch on its way: until it is in Redis, a ``sync`` waits for it too."""
         self._queued = anyio.Event()
-        self._told = 0
-        """Changes told since the start (the next one's number)."""
-        self._backlog = False
-        """The last batch left changes that were due (it was full): the next goes at once."""
+        self._pushed = self._gone = 0
+        """Writes queued since the start (the next one's number), and those of them taken
+        by a batch or dropped."""
+        self._full_at = 0
+        """``_pushed`` at which the pending writes are a full batch, or too many
+        (``_count_gone``)."""
+        self._count_gone(0)
         self._progress = anyio.Event()
         self._hurry_until = 0
-        """Batches go without gathering until every change numbered below this is sent:
+        """Batches go without gathering until every write numbered below this is sent:
         those a ``sync`` waits for."""
         self._gathering: asyncio.Future[None] | None = None
         """What the writer waits on while a batch gathers: done by a timer, a ``sync``, a
-        follow, or a change that hurries it."""
+        follow, a write that hurries it, or a batch grown full."""
         self._followed: set[str] = set()
         """The streams open here that a process elsewhere follows."""
         self._urgent = False
         """The next batch goes ``GATHER``, not ``QUIET_GATHER``, after the one before: it
-        holds a change of a followed run or a stream's start, a follow came, or a batch
-        failed (late already). Until a batch takes all that is pending."""
+        holds a write of a followed run or a stream's start, a follow came, or a batch
+        failed (late already). Until a batch takes all that is queued."""
         self._running = False
         """``run`` writes: ``flush`` must not beside it."""
         self._touched: dict[str, float] = {}
-        """The streams opened here and not closed yet (as told, not as sent), each with
+        """The streams opened here and not closed yet (as queued, not as sent), each with
         when its expiry was last renewed (monotonic)."""
         self._apply = redis.register_script(_APPLY)
 
     def key(self, run_id: str) -> str:
         return f"{self._prefix}:log:{run_id}"
 
-    # Mirror: called by the in-process log, never waiting (``runlog.Mirror``).
+    # Mirror: called by the in-process log, in order, never waiting.
 
-    def open(self, stream: Stream) -> None:
-        self._touched[stream.run_id] = time.monotonic()
-        self._change(stream)
-        self._opening.add(stream)
+    def open(self, stream_id: str, *, after: int) -> None:
+        self._touched[stream_id] = time.monotonic()
+        self.append(_Marker(_OPEN, stream_id, after, after))
         self._hurry()  # a stream's start goes without the quiet wait
 
-    def changed(self, stream: Stream) -> None:
-        """The stream has an event not taken yet (a batch takes all it has by then)."""
-        self._change(stream)
-
-    def close(self, stream: Stream) -> None:
-        """The stream's end goes at once if another process follows it, else with the
-        quiet batches (a viewer elsewhere that comes meanwhile hurries it: ``followed``)."""
-        self._change(stream)
-        self._ending.add(stream)
-        self._touched.pop(stream.run_id, None)
-        self._followed.discard(stream.run_id)
-
-    def _change(self, stream: Stream) -> None:
-        """The stream is pending from now if it was not; the writer is told only when
-        nothing was pending (until it has sent all, it goes on by itself), and hurried by
-        a followed run's first change (``_urgent`` stays until nothing is pending)."""
-        if stream not in self._pending:
-            self._pending[stream] = self._told
+    def append(self, change: _Queued) -> None:
+        """Queue an event (or a marker) behind its run's, a token onto the run's token or
+        pack before it where it goes on (``Pack``); the writer is told only when nothing
+        was pending: until it has sent all, it goes on by itself."""
+        pending = self._pending.get(change.run_id)
+        if pending is None:
+            self._pending[change.run_id] = pending = _Pending(self._pushed)
+            pending.append(change)
             if len(self._pending) == 1:
                 self._queued.set()
-            if not self._urgent and stream.run_id in self._followed:
-                self._hurry()
-        self._told += 1
+            if not self._urgent and change.run_id in self._followed:
+                self._hurry()  # until nothing is pending: a run's first write is enough
+        else:
+            last: Any = pending[-1]  # a run's list pending is never empty
+            token: Any = change  # read as a token only where it is one
+            if (
+                type(last) is Pack
+                and last.type is PACKED.get(type(token))
+                and last.seq + len(last.ts) == token.seq  # no hole: an event not written
+                and last.block_id == token.block_id
+                and last.step == token.step
+                and not (type(token) is TextDelta and token.separator)
+            ):
+                last.ts.append(token.ts)
+                last.deltas.append(token.delta)
+            elif type(token) is type(last) and type(token) in PACKED and _go_on(last, token):
+                pending[-1] = last = Pack.of(last)
+                last.ts.append(token.ts)
+                last.deltas.append(token.delta)
+            else:
+                pending.append(change)
+        pending.writes += 1
+        self._pushed += 1
+        if self._pushed >= self._full_at:
+            if self._held > MAX_QUEUED:
+                self._drop_oldest()
+            elif self._gathering is not None:
+                _release(self._gathering)  # full: it goes without gathering
+
+    def close(self, stream_id: str, *, after: int, last: int) -> None:
+        """The stream's end goes at once if another process follows it, else with the
+        quiet batches (a viewer elsewhere that comes meanwhile hurries it: ``followed``)."""
+        self.append(_Marker(_END, stream_id, last, after))
+        self._touched.pop(stream_id, None)
+        self._followed.discard(stream_id)
 
     def followed(self, run_id: str) -> None:
         """A process elsewhere follows the run (``Notices``): if its stream is open here,
-        its changes go every ``GATHER`` from now on, and what is pending goes now; if it
+        its writes go every ``GATHER`` from now on, and what is queued goes now; if it
         ended here and its end waits in a quiet batch, that batch goes now."""
         if run_id in self._touched:
             self._followed.add(run_id)
             self._hurry()
-        elif any(stream.run_id == run_id for stream in self._ending):
+        elif run_id in self._pending:
             self._hurry()
 
     def _hurry(self) -> None:
@@ -288,51 +334,41 @@ class RedisLog:
         if self._gathering is not None:  # maybe for QUIET_GATHER: ``run`` looks again
             _release(self._gathering)
 
-    def _held(self) -> int:
-        """Events the mirror keeps while they are pending: a live run's not taken yet (its
-        log holds the rest anyway), an ended run's all (its log lets go of it after
-        retention, the mirror would not)."""
-        return sum(
-            stream.held + len(stream.recent) if stream.closed else stream.count - stream.mirrored
-            for stream in self._pending
-        )
-
     def _drop_oldest(self) -> None:
-        """Redis has been away for long: keep ``MAX_QUEUED`` events at most (``_held``),
-        dropping those of the streams pending longest: a live run's oldest not taken, an
-        ended run's all but its start and end (the stream itself, for a stand-in holding
-        no event). Starts and ends stay: a viewer elsewhere reads past the gap to the end."""
-        dropped = left = max(self._held() - MAX_QUEUED, MAX_QUEUED // 10)
-        kept: dict[Stream, Stream] = {}
-        for stream in list(self._pending):
-            if stream.closed:
-                left -= min(stream.held + len(stream.recent), left)
-                kept[stream] = _markers_of(stream)
-            else:
-                skipped = min(stream.count - stream.mirrored, left)
-                stream.mirrored += skipped
-                left -= skipped
-                if stream.mirrored == stream.count and stream not in self._opening:
-                    del self._pending[stream]
+        """Redis has been away for long: keep ``MAX_QUEUED`` writes at most, dropping the
+        oldest of the runs queued longest."""
+        dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
+        for run_id, pending in list(self._pending.items()):
+            left -= pending.split_off(len(pending), left).writes
+            if not pending:
+                del self._pending[run_id]
             if not left:
                 break
-        self._pending = {kept.get(stream, stream): first for stream, first in self._pending.items()}
-        for marked in (self._opening, self._ending):
-            marked.update(kept[stream] for stream in marked & kept.keys())
-            marked.difference_update(kept)
+        self._count_gone(dropped - left)
         logger.error("Redis is away: %d live log writes dropped", dropped - left)
 
+    @property
+    def _held(self) -> int:
+        """Writes pending."""
+        return self._pushed - self._gone
+
+    def _count_gone(self, writes: int) -> None:
+        """``writes`` more were taken by a batch or dropped (fewer, if negative: a batch
+        that failed is pending again)."""
+        self._gone += writes
+        self._full_at = self._gone + min(FULL, MAX_QUEUED + 1)
+
     def _oldest_pending(self) -> int:
-        """The number of the oldest change not in Redis yet, pending or on its way (of the
+        """The number of the oldest write not in Redis yet, pending or on its way (of the
         next one if there is none)."""
-        firsts = [first for _, first, *_ in self._in_flight]
-        firsts += self._pending.values()
-        return min(firsts, default=self._told)
+        firsts = [pending.first for _, pending in self._in_flight]
+        firsts += [pending.first for pending in self._pending.values()]
+        return min(firsts, default=self._pushed)
 
     async def sync(self) -> None:
-        """Wait until what is told now is in Redis (up to ``SYNC_WAIT`` seconds), so that
+        """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
         a run just started or continued here can be followed from any process at once."""
-        target = self._told
+        target = self._pushed
         if self._oldest_pending() < target:
             self._hurry_until = max(self._hurry_until, target)
             if self._gathering is not None:
@@ -343,7 +379,7 @@ class RedisLog:
                 await progress.wait()
 
     async def run(self) -> None:
-        """Send what is pending, batch after batch, until cancelled; while Redis cannot be
+        """Send what is queued, batch after batch, until cancelled; while Redis cannot be
         reached, keep it and try again (in-process viewers carry on meanwhile)."""
         pause = 0.05
         loop = asyncio.get_running_loop()
@@ -366,12 +402,12 @@ class RedisLog:
 
     async def _gathered(self, loop: asyncio.AbstractEventLoop, started: float) -> None:
         """Wait until the next batch may start: ``GATHER`` or ``QUIET_GATHER`` after the one
-        before (which started at ``started``), unless that one left changes that were due
-        or a ``sync`` waits for it. On a bare future and a timer, not in a cancel scope,
-        whose timeout costs a batch more than it saves."""
+        before (which started at ``started``), unless it is full or a ``sync`` waits for it.
+        On a bare future and a timer, not in a cancel scope, whose timeout costs a batch
+        more than it saves."""
         while (
             (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time()) > 0
-            and not self._backlog
+            and self._held < FULL
             and not (self._hurry_until and self._hurrying())
         ):
             self._gathering = loop.create_future()
@@ -383,17 +419,17 @@ class RedisLog:
                 self._gathering = None
 
     def _hurrying(self) -> bool:
-        """A ``sync`` waits for a change pending (else none does any more)."""
+        """A ``sync`` waits for a write pending (else none does any more)."""
         if self._oldest_pending() < self._hurry_until:
             return True
         self._hurry_until = 0
         return False
 
     async def flush(self) -> None:
-        """Send everything pending so far (in batches); on failure the unsent part stays
-        pending, in order. Not beside ``run``: two batches on their way at once could
+        """Send everything queued so far (in batches); on failure the unsent part stays
+        queued, in order. Not beside ``run``: two batches on their way at once could
         arrive out of order, and the later one's writes be refused as already there (and
-        the writer could be left waiting for a wake-up that a change to an empty queue
+        the writer could be left waiting for a wake-up that a write to an empty queue
         gives only once)."""
         if self._running:
             raise RuntimeError("flush() while run() writes")
@@ -401,12 +437,12 @@ class RedisLog:
             await self._send_next()
 
     async def _send_next(self) -> None:
-        """Send the changes of the streams pending longest, a batch of them, if any (on
-        failure they stay pending, in order); once none is left, ``run`` waits for more."""
-        taken, framed = self._take()  # in flight: out of reach of a drop
+        """Send the runs' writes pending longest, a batch of them, if any (on failure they
+        stay pending, in order); once none is left, ``run`` waits for more."""
+        taken, framed = self._take()  # in flight: out of reach of the dropping in append
         if not self._pending:
-            self._urgent = False  # until a change that hurries comes
-        if framed:  # else nothing it took can be written (an event no JSON writes)
+            self._urgent = False  # until a write that hurries comes
+        if taken:
             self._in_flight = taken
             try:
                 with telemetry.timed("write"):
@@ -414,75 +450,55 @@ class RedisLog:
             except BaseException:
                 self._put_back(taken)
                 self._urgent = True  # late already: it goes without the quiet wait
-                if self._held() > MAX_QUEUED:
+                if self._held > MAX_QUEUED:
                     self._drop_oldest()
                 raise
             finally:
                 self._in_flight = []
-        if taken:
             self._progress.set()
             self._progress = anyio.Event()
         if not self._pending:
             self._queued = anyio.Event()
 
-    def _take(self) -> tuple[list[_Taken], list[bytes]]:
-        """The next batch: the changes of the streams pending longest, each stream's whole,
-        up to ``BATCH`` entries (an event, a pack or a marker each) and ``FULL`` events (a
-        stream that alone has more is taken in part); and the batch framed (``_framed``),
-        with a renewal of the expiry of each run's stream that needs one."""
-        taken: list[_Taken] = []
-        parts: list[_Part] = []
+    def _take(self) -> tuple[list[tuple[str, _Pending]], list[bytes]]:
+        """The next batch: the pending writes of the runs pending longest, each run's
+        whole, up to ``BATCH`` entries (a pack, an event or a marker each) and ``FULL``
+        writes (a run that alone has more is taken in part); and the batch framed
+        (``_framed``), with a renewal of the expiry of each run's stream that needs
+        one."""
+        taken: list[tuple[str, _Pending]] = []
+        parts: list[Event | _Marker | Pack] = []
         refreshes: list[bytes] = []
-        events = 0
+        writes = 0
         now = time.monotonic()
-        self._backlog = False
-        for stream, first in list(self._pending.items()):
+        for run_id, pending in list(self._pending.items()):
             room = BATCH - len(parts) - len(refreshes)
-            start = stream.mirrored
-            if taken and stream.count - start > FULL - events:  # it waits: no room for all
-                self._backlog = True
+            if len(pending) <= room and pending.writes <= FULL - writes:
+                del self._pending[run_id]
+            elif taken:
                 break
-            end = min(stream.count, start + FULL - events)
-            opens = stream in self._opening
-            ends = end == stream.count and stream in self._ending
-            own = _parts(stream, start, end, opens=opens, ends=ends)
-            if len(own) > room or end < stream.count:
-                if taken:
-                    self._backlog = True
-                    break
-                if len(own) > room:  # it alone fills the batch; the rest stays first
-                    own, ends = own[:room], False
-                    end = start + sum(map(_events_in, own))
-            taken.append((stream, first, start, opens, ends))
-            stream.mirrored = end
-            if opens:
-                self._opening.discard(stream)
-            if ends:
-                self._ending.discard(stream)
-            parts += own
-            events += end - start
-            if now - self._touched.get(stream.run_id, now) > REFRESH_EXPIRY:
-                self._touched[stream.run_id] = now
-                refreshes.append(_framed(_REFRESH, stream.run_id, 0))
-            if end < stream.count or stream in self._ending:
-                self._backlog = True
-                break
-            del self._pending[stream]
+            else:  # it alone fills the batch; the rest stays first
+                pending = pending.split_off(room, FULL)
+            taken.append((run_id, pending))
+            parts += pending
+            writes += pending.writes
+            if now - self._touched.get(run_id, now) > REFRESH_EXPIRY:
+                self._touched[run_id] = now
+                refreshes.append(_framed(_REFRESH, run_id, 0))
+        self._count_gone(writes)
         return taken, _parts_framed(parts) + refreshes
 
-    def _put_back(self, taken: list[_Taken]) -> None:
+    def _put_back(self, taken: list[tuple[str, _Pending]]) -> None:
         """A batch that failed is pending again, first, before what came meanwhile."""
+        self._count_gone(-sum(earlier.writes for _, earlier in taken))
         later = self._pending
-        self._pending = {}
-        for stream, first, mirrored, opened, ended in taken:
-            stream.mirrored = mirrored
-            later.pop(stream, None)
-            self._pending[stream] = first
-            if opened:
-                self._opening.add(stream)
-            if ended:
-                self._ending.add(stream)
-        self._pending.update(later)
+        self._pending = dict(taken)
+        for run_id, pending in later.items():
+            if (earlier := self._pending.get(run_id)) is not None:
+                earlier += pending
+                earlier.writes += pending.writes
+            else:
+                self._pending[run_id] = pending
 
     async def _send(self, framed: list[bytes]) -> None:
         """One round trip, one command: a script that applies the batch's operations in
@@ -631,59 +647,17 @@ def _framed(kind: bytes, run_id: str, seq: int, payload: bytes = b"") -> bytes:
     return _FRAME % (kind, seq, len(name), len(payload), name, payload)
 
 
-def _parts(stream: Stream, start: int, end: int, *, opens: bool, ends: bool) -> list[_Part]:
-    """A stream's changes as a batch's entries: its start; its events from the ``start``-th
-    to the ``end``-th as the in-process log keeps them, packed first where its viewers have
-    read them (``Stream.pack_read``, which would pack them soon anyway), a pack's tokens
-    taken from its arrays and text (``Pack.kept``), those a viewer here has not read yet
-    packed here (``_pack_onto``); then its end."""
-    parts: list[_Part] = [_Marker(_OPEN, stream.run_id, stream.base, stream.base)] if opens else []
-    stream.pack_read()
-    events: list[Event] = []
-    for kept in stream.kept(start, end):
-        if type(kept) is not tuple:
-            events.append(kept)  # type: ignore[arg-type]
-            continue
-        if events:
-            _pack_onto(parts, events)
-            events = []
-        parts.append(Pack.kept(*kept))
-    if events:
-        _pack_onto(parts, events)
-    if ends:
-        parts.append(_Marker(_END, stream.run_id, stream.last_seq, stream.base))
-    return parts
+def _go_on(token: Token, then: Token) -> bool:
+    """``then`` (of ``token``'s kind) is the token after ``token`` in one pack."""
+    return (
+        token.seq + 1 == then.seq
+        and token.block_id == then.block_id
+        and token.step == then.step
+        and not (isinstance(token, TextDelta) and (token.separator or then.separator))  # type: ignore[union-attr]
+    )
 
 
-def _pack_onto(parts: list[_Part], events: list[Event]) -> None:
-    """``events`` after ``parts``, each run of consecutive tokens (``pack_key``) onto the
-    pack before it where it goes on, else packed, but for a lone token."""
-    for key, group in groupby(events, pack_key):
-        if type(key) is not tuple:
-            parts += group
-            continue
-        tokens = cast(list[Token], list(group))
-        if parts and type(last := parts[-1]) is Pack and last.goes_on_with(tokens[0]):
-            last.extend(tokens)
-        else:
-            parts += [Pack.of(tokens)] if tokens[1:] else tokens
-
-
-def _markers_of(stream: Stream) -> Stream:
-    """A stand-in for an ended stream whose events were dropped: its start and end, no event."""
-    ended = Stream(stream.run_id, stream.base)
-    ended.count = ended.mirrored = stream.count
-    ended.closed = True
-    return ended
-
-
-def _events_in(part: _Part) -> int:
-    if isinstance(part, Pack):
-        return len(part.ts)
-    return 0 if isinstance(part, _Marker) else 1
-
-
-def _parts_framed(parts: list[_Part]) -> list[bytes]:
+def _parts_framed(parts: list[Event | _Marker | Pack]) -> list[bytes]:
     """``_framed`` for the changes of some runs (each run's together, in order), a kind at
     a time, so that their JSON and framing are C's loops, not a Python call or two each."""
     framed: list[bytes] = []

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token
-from agentstream.runlog import Deltas
 
 __all__ = [
     "PACKED",
@@ -99,10 +98,12 @@ class Pack:
     """A run's consecutive tokens of one kind, block and step, none with a separator, as
     one entry of the shared log: their times and texts in two lists, the rest once.
 
-    A batch makes one of each run of a stream's tokens, from a pack of the in-process log
-    (``runlog.Deltas``) or from the tokens it keeps as they came. A pack's JSON takes half
-    the time of its tokens' own, and it is one entry: a stream's entries, and Redis's work,
-    are a few times fewer."""
+    A run's tokens are kept so while they wait for their batch (``RedisLog.append`` adds
+    each to the pack before it where it goes on): a pack and its two lists are three
+    objects for the garbage collector to track however many tokens they hold, where the
+    events themselves, an object each held for a quarter of a second, set off most of its
+    passes in a busy process. A pack's JSON takes half the time of its tokens' own, and it
+    is one entry: a stream's entries, and Redis's work, are a few times fewer."""
 
     type: str
     run_id: str
@@ -114,44 +115,29 @@ class Pack:
     deltas: list[str]
 
     @classmethod
-    def of(cls, tokens: list[Token]) -> Pack:
-        """A pack of ``tokens``: consecutive ones of one kind, block and step, none with a
-        separator."""
-        first = tokens[0]
-        pack = cls(PACKED[type(first)], first.run_id, first.seq, first.block_id, first.step, [], [])
-        pack.extend(tokens)
-        return pack
-
-    def goes_on_with(self, token: Token) -> bool:
-        """``token`` (one with no separator) is the next after this pack's last, in it."""
-        return (
-            self.last_seq + 1 == token.seq
-            and self.type == PACKED.get(type(token))
-            and self.block_id == token.block_id
-            and self.step == token.step
-        )
-
-    def extend(self, tokens: list[Token]) -> None:
-        self.ts += [token.ts for token in tokens]
-        self.deltas += [token.delta for token in tokens]
-
-    @classmethod
-    def kept(cls, deltas: Deltas, start: int, end: int) -> Pack:
-        """A pack of the in-process log's pack's ``start``-th to ``end``-th tokens (not
-        included), from slices of its arrays and text, without making the tokens again."""
+    def of(cls, token: Token) -> Pack:
+        """A pack of ``token`` alone (one with no separator), for more to join."""
         return cls(
-            PACKED[deltas.kind],
-            deltas.run_id,
-            deltas.first_seq + start,
-            deltas.block_id,
-            deltas.step,
-            deltas.times[start:end].tolist(),
-            deltas.texts(start, end),
+            PACKED[type(token)],
+            token.run_id,
+            token.seq,
+            token.block_id,
+            token.step,
+            [token.ts],
+            [token.delta],
         )
 
     @property
     def last_seq(self) -> int:
         return self.seq + len(self.ts) - 1
+
+    def split_off(self, count: int) -> Pack:
+        """The first ``count`` tokens (fewer than it holds), taken out as a pack of their
+        own."""
+        head = replace(self, ts=self.ts[:count], deltas=self.deltas[:count])
+        del self.ts[:count], self.deltas[:count]
+        self.seq += count
+        return head
 
 
 _PACKS = TypeAdapter(Pack)

@@ -314,11 +314,11 @@ def saved_agent(store: Store) -> Callable[[str], Awaitable[AgentSpec]]:
 YOUNG_COLLECTED_AT = 10_000
 """Objects made and not freed at which the collector passes over the young ones while the
 app serves (Python 3.11's default: 700; a program's own higher setting is kept, and so is
-the collector turned off). Young objects that live a while are moved on by each pass, to be
-walked again by the older generations' passes: when a cluster process still held every run's
-pending tokens for a quarter of a second, at 700, at 300 streams, a 6 s window had some 30
-passes and a full one, 80 to 100 ms in all; none at this, and the embedded process's few
-went too (docs/benchmarks.md)."""
+the collector turned off). A cluster process holds each run's pending tokens until its
+next batch (a quarter of a second when measured, up to a second now): at 700, at 300
+streams, each pass moved them on to be walked again by the older generations' passes: in a
+6 s window, some 30 passes and a full one, 80 to 100 ms in all; none at this
+(docs/benchmarks.md)."""
 
 _SERVING: list[tuple[int, int, int]] = []
 """The collector's thresholds as the first app that now serves found them, once for each
