@@ -68,7 +68,8 @@ run's packed."""
 
 MAX_QUEUED = 200_000
 """Writes kept while Redis is away; past this, the oldest go, those of the runs queued
-longest (a viewer in another process then finds a gap and resumes from the store)."""
+longest (a viewer in another process then finds a gap: it resumes from the store if the
+stream's start went too, else reads past it, as past a hole)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
