@@ -150,6 +150,33 @@ def test_sigkill_of_the_process_running_a_run_ends_it_interrupted_for_every_view
     assert run["events"][-1] == following[-1]
 
 
+def test_a_viewer_who_comes_after_a_process_died_gets_every_event_it_stored(
+    two: list[ServerProcess],
+) -> None:
+    """A run watched only where it executes goes to Redis in the quiet batches (up to a
+    second apart): a process that dies between two loses what it had not sent. The process
+    that ends the run writes the persisted events the run's stream lacks before its end, so
+    a viewer elsewhere who comes later gets each of them, then the end."""
+    a, b = two
+    with posted(a, b, "/api/agents/waiter/run/stream", {"message": "go"}) as post:
+        before = until(post.events, "tool_call")
+        run_id = before[0]["run_id"]
+        a.kill()  # the tool call waits in a quiet batch
+
+        def interrupted() -> bool:
+            run = post.on_b.get(f"/api/agents/runs/{run_id}").json()
+            return bool(run["status"] == "interrupted")
+
+        wait_until(interrupted, timeout=30)
+        with post.on_b.stream("GET", f"/api/agents/runs/{run_id}/stream", timeout=30) as later:
+            frames = [e.json() for e in read_events(later)]
+
+    persisted = [f for f in before if f["event"] not in FORWARDED_ONLY]
+    assert [f for f in frames if f["event"] not in FORWARDED_ONLY][:-1] == persisted
+    assert frames[-1]["event"] == "error"
+    assert frames[-1]["status"] == "interrupted"
+
+
 def test_one_conversation_takes_one_run_at_a_time_across_processes(
     two: list[ServerProcess],
 ) -> None:

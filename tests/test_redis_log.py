@@ -20,10 +20,12 @@ from agentstream.events import (
     Event,
     ReasoningDelta,
     RunCompleted,
+    RunFailed,
     StepCompleted,
     StepStarted,
     Text,
     TextDelta,
+    ToolCall,
 )
 from conftest import eventually, free_port
 from processes import start_redis
@@ -868,3 +870,35 @@ async def test_a_runs_pack_is_split_where_a_drop_or_a_batch_ends(
     assert len(batch) == 1
     assert packed_events(packs_json([pack])[0]) == written[-kept + 5 :]
     assert writer._held == kept - 5
+
+
+async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(
+    redis: Redis,
+) -> None:
+    """A run whose process died before its last writes reached Redis: the process that
+    ends it writes the persisted events the stream lacks, then the terminal event, then the
+    end, so a viewer elsewhere who reads the stream later misses none of them (an event no
+    JSON library writes is left out, a hole)."""
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, sealer, reader = log_of(redis, prefix), log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_x", after=0)
+    for seq in (1, 2):
+        writer.append(step(seq))
+    await writer.flush()  # steps 3 and 4 never reached Redis: the process died
+    unwritable = ToolCall(
+        run_id="run_x",
+        seq=4,
+        ts=0.0,
+        step=1,
+        call_id="call_1",
+        tool_name="search",
+        arguments={"query": object()},
+    )
+    failed = RunFailed(run_id="run_x", seq=1004, ts=0.0, status="interrupted", message="gone")
+    assert await sealer.last_seq("run_x") == 2
+    await sealer.seal([step(3), unwritable, failed])
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    assert await following.next_batch() == [step(1), step(2), step(3), failed]
+    assert await following.next_batch() == []
+    assert following.ended

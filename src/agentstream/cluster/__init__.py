@@ -5,7 +5,7 @@ leases). The embedded default has no cluster: one process, all in memory."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
 import anyio
@@ -101,9 +101,9 @@ class Cluster:
         with _unavailable("reach the live log"):
             return await self.log.last_seq(run_id)
 
-    async def seal(self, last: Event) -> None:
+    async def seal(self, events: Sequence[Event]) -> None:
         with _unavailable("reach the live log"):
-            await self.log.seal(last)
+            await self.log.seal(events)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -85,11 +85,12 @@ QUIET_GATHER = 1.0
 watched only where they execute, and their tokens need reach Redis only for a viewer that
 comes later (who reads them from the stream; a follower tells the run's process first,
 ``followed``, which then hurries). What a batch costs a run (its list and pack, their JSON,
-a share of the round trip) is spread over the tokens it carries: under light load, a
-second's a token cost a cluster process about 6% more than the embedded one, a quarter of a
-second's about 15% (docs/benchmarks.md). Under heavy load a batch fills (``FULL``) and goes
-sooner. A process that dies loses this much of its runs' tokens from the shared log at most
-(the store has the rest)."""
+a share of the round trip) is spread over the tokens it carries: under light load, at a
+second a token cost a cluster process about 6% more than the embedded one, at a quarter of
+a second about 15% (docs/benchmarks.md). Under heavy load a batch fills (``FULL``) and goes
+sooner. A process that dies leaves this much of its runs' writes out of the shared log (and
+a batch on its way): the process that ends its runs writes their persisted events there
+(``Leases``), not their tokens."""
 
 SYNC_WAIT = 2.0
 """How long ``sync`` waits for Redis before letting the caller go on regardless."""
@@ -539,13 +540,16 @@ class RedisLog:
         last = cast(list[Entry], await self._redis.xrevrange(self.key(run_id), count=1))
         return _seq(last[0][0]) if last else 0
 
-    async def seal(self, last: Event) -> None:
-        """End the stream of a run whose process died: ``last``, its terminal event (with a
-        seq past any of the stream's), then the end marker."""
+    async def seal(self, events: Sequence[Event]) -> None:
+        """End the stream of a run whose process died: the persisted events it lacks (past
+        its last seq), then the last of ``events``, the run's terminal event (with a seq past
+        any of the stream's), then the end marker."""
+        last = events[-1]
         key = self.key(last.run_id)
         pipe = self._redis.pipeline(transaction=False)
-        _, [payload] = events_json([last])
-        pipe.xadd(key, {_EVENT: payload}, id=f"{last.seq}-0")
+        for event in events:
+            for payload in events_json([event])[1]:  # none for an event no JSON writes
+                pipe.xadd(key, {_EVENT: payload}, id=f"{event.seq}-0")
         pipe.xadd(key, {_END: 1}, id=f"{last.seq}-2")
         pipe.expire(key, self._retention)
         await pipe.execute()

@@ -124,9 +124,12 @@ class Leases:
 
     async def _interrupt(self, run_id: str, last_stored: int) -> bool:
         """End an orphaned run with its terminal event, past anything it sent its viewers
-        (``SEAL_GAP``); False if another process ended it first."""
+        (``SEAL_GAP``); False if another process ended it first. In cluster mode its shared
+        live log gets the persisted events it lacks first (those the dead process had not
+        sent there yet), so that a viewer who reads it later misses none."""
         peers = self.supervisor.peers
         last_live = await peers.last_seq(run_id) if peers is not None else 0
+        missed = await self.store.events_after(run_id, last_live) if last_stored > last_live else []
         last = RunFailed(
             run_id=run_id,
             seq=max(last_stored, last_live) + SEAL_GAP,
@@ -138,7 +141,7 @@ class Leases:
             return False
         if peers is not None:
             try:
-                await peers.seal(last)
+                await peers.seal([*missed, last])
             except Exception:  # stored: its viewers elsewhere resume to find it
                 logger.exception("Could not end the live log of run %s", run_id)
         return True

@@ -199,6 +199,8 @@ class LeaseStore(Protocol):
         seq, this process's)."""
         ...
 
+    async def events_after(self, run_id: str, after: int) -> Sequence[Event]: ...
+
     async def interrupt(self, last: RunFailed) -> bool: ...
 
     async def forget_expired(self, at: float) -> None: ...
@@ -220,9 +222,9 @@ class Peers(Protocol):
         """The last seq the run's shared live log holds (0 if none)."""
         ...
 
-    async def seal(self, last: Event) -> None:
-        """Put the terminal event of a run whose process died in its shared live log, and
-        end it there."""
+    async def seal(self, events: Sequence[Event]) -> None:
+        """End the shared live log of a run whose process died: the persisted events it
+        lacks, then the run's terminal event (the last of ``events``), then its end."""
         ...
 
 

@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 from sqlalchemy import delete, func, or_, select, update
 
-from agentstream.events import RunFailed
+from agentstream.events import Event, EventAdapter, RunFailed
 from agentstream.store.clock import now
 from agentstream.store.database import Database
-from agentstream.store.runs import event_row
+from agentstream.store.runs import event_row, persisted
 from agentstream.store.tables import RunEventRow, RunRow, ServerProcessRow
 
 __all__ = ["Orphan", "ProcessStore"]
@@ -89,6 +89,13 @@ class ProcessStore:
                 Orphan(run_id, last or 0, mine=owner == process_id)
                 for run_id, last, owner in (await db.execute(query)).all()
             ]
+
+    async def events_after(self, run_id: str, after: int) -> list[Event]:
+        """The run's persisted events with seq past ``after``: those of a dead process's run
+        that its shared live log may not hold."""
+        async with self._db.session() as db:
+            rows = await db.scalars(persisted(run_id, after=after))
+            return [EventAdapter.validate_python(payload) for payload in rows]
 
     async def interrupt(self, last: RunFailed) -> bool:
         """End an orphaned run with its terminal event ``last``, in one transaction; False

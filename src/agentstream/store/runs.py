@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import Boolean, Connection, bindparam, case, func, select, update
+from sqlalchemy import Boolean, Connection, Select, bindparam, case, func, select, update
 
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
@@ -133,12 +133,7 @@ class RunStore:
     async def events(self, run_id: str) -> list[Event]:
         """The run's persisted events, in seq order."""
         async with self._db.session() as db:
-            rows = await db.scalars(
-                select(RunEventRow.payload)
-                .where(RunEventRow.run_id == run_id)
-                .order_by(RunEventRow.seq)
-            )
-            return [EventAdapter.validate_python(payload) for payload in rows]
+            return [EventAdapter.validate_python(p) for p in await db.scalars(persisted(run_id))]
 
     async def last_seq(self, run_id: str) -> int:
         async with self._db.session() as db:
@@ -146,6 +141,15 @@ class RunStore:
                 select(func.max(RunEventRow.seq)).where(RunEventRow.run_id == run_id)
             )
         return found or 0
+
+
+def persisted(run_id: str, *, after: int = 0) -> Select[tuple[Any]]:
+    """The payloads of a run's persisted events with seq past ``after``, in seq order."""
+    return (
+        select(RunEventRow.payload)
+        .where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
+        .order_by(RunEventRow.seq)
+    )
 
 
 def event_row(event: BaseEvent) -> RunEventRow:
