@@ -101,9 +101,9 @@ class Pack:
     A run's tokens are kept so while they wait for their batch (``RedisLog.append`` adds
     each to the pack before it where it goes on): a pack and its two lists are three
     objects for the garbage collector to track however many tokens they hold, where the
-    events themselves, an object each held for a quarter of a second, set off most of its
-    passes in a busy process. A pack's JSON takes half the time of its tokens' own, and it
-    is one entry: a stream's entries, and Redis's work, are a few times fewer."""
+    events themselves, an object each held until its batch (up to a second), set off most
+    of its passes in a busy process. A pack's JSON takes half the time of its tokens' own,
+    and it is one entry: a stream's entries, and Redis's work, are a few times fewer."""
 
     type: str
     run_id: str
