@@ -8,7 +8,7 @@ import itertools
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from agentstream.events import (
     INTERRUPTED,
     BaseEvent,
     BlockOutput,
+    Event,
     Reasoning,
     RunCompleted,
     RunFailed,
@@ -50,6 +51,7 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runlog import RunLog
+from agentstream.runtime import leases as leases_module
 from agentstream.runtime.agent import AgentState, run_agent
 from agentstream.runtime.context import RunContext
 from agentstream.runtime.leases import SEAL_GAP, Leases
@@ -648,6 +650,73 @@ async def test_finishing_a_run_another_process_ended_keeps_that_ending(database_
         assert await store.history(session_id) == []
     finally:
         await store.close()
+
+
+class SharedLog:
+    """The other processes as an orphaned run's sealing sees them: a shared live log that
+    holds the run up to seq ``live``, and what is sealed there."""
+
+    def __init__(self, live: int) -> None:
+        self.live = live
+        self.sealed: list[list[int]] = []
+
+    async def subscribe(self, run_id: str, *, after: int) -> None:
+        return None
+
+    async def cancel(self, run_id: str, reason: str) -> None:
+        return None
+
+    async def last_seq(self, run_id: str) -> int:
+        return self.live
+
+    async def seal(self, events: Sequence[Event]) -> None:
+        self.sealed.append([event.seq for event in events])
+
+
+class UnreadableEvents(ProcessStore):
+    async def events_between(self, run_id: str, after: int, through: int) -> list[Event]:
+        raise RuntimeError("the database went away")
+
+
+@pytest.mark.parametrize(
+    ("live", "most", "store", "sealed"),
+    [
+        (2, 1000, ProcessStore, [3, 4, 5]),
+        (0, 1000, ProcessStore, [1, 2, 3, 4, 5]),
+        (0, 4, ProcessStore, []),
+        (5, 1000, ProcessStore, []),
+        (2, 1000, UnreadableEvents, []),
+    ],
+    ids=["behind", "no stream", "too far behind", "all there", "unreadable"],
+)
+async def test_an_orphaned_runs_shared_log_gets_the_persisted_events_it_lacks_then_its_end(
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    live: int,
+    most: int,
+    store: type[ProcessStore],
+    sealed: list[int],
+) -> None:
+    """A dead process's last quiet batch may not have reached the shared live log: the run's
+    persisted events past the log's last seq are copied there before its terminal event
+    (``SEAL_COPY_MOST`` seqs behind at most: further, viewers read them from the store). If
+    they cannot be read, the terminal event goes alone, and the run is ended all the same."""
+    monkeypatch.setattr(leases_module, "SEAL_COPY_MOST", most)
+    opened = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+    try:
+        await create_run(opened, run_id, f"ses_{uuid.uuid4().hex}")  # its owner never registered
+        for seq in range(2, 6):
+            await opened.append_events(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
+        peers = SharedLog(live)
+        leases = Leases(store(opened.db), Supervisor(RunLog(), peers=peers), lease_seconds=15)
+        assert await leases.join("here", alone=False) >= 1
+        assert peers.sealed == [[*sealed, 5 + SEAL_GAP]]
+        run = await opened.get_run(run_id)
+        assert run is not None
+        assert run.status == "interrupted"
+    finally:
+        await opened.close()
 
 
 async def test_a_run_of_this_process_it_no_longer_runs_is_ended_at_the_second_sweep(

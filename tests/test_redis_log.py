@@ -878,7 +878,8 @@ async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(
     """A run whose process died before its last writes reached Redis: the process that
     ends it writes the persisted events the stream lacks, then the terminal event, then the
     end, so a viewer elsewhere who reads the stream later misses none of them (an event no
-    JSON library writes is left out, a hole)."""
+    JSON library writes is left out, a hole; one the dead process's last batch wrote
+    meanwhile is refused, and the rest goes in)."""
     prefix = f"test-{uuid.uuid4().hex}"
     writer, sealer, reader = log_of(redis, prefix), log_of(redis, prefix), log_of(redis, prefix)
     writer.open("run_x", after=0)
@@ -896,7 +897,7 @@ async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(
     )
     failed = RunFailed(run_id="run_x", seq=1004, ts=0.0, status="interrupted", message="gone")
     assert await sealer.last_seq("run_x") == 2
-    await sealer.seal([step(3), unwritable, failed])
+    await sealer.seal([step(2), step(3), unwritable, failed])  # 2: it landed meanwhile
     following = await reader.subscribe("run_x", after=0)
     assert following is not None
     assert await following.next_batch() == [step(1), step(2), step(3), failed]

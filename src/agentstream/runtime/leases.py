@@ -15,21 +15,27 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from agentstream.events import INTERRUPTED, RunFailed
+from agentstream.events import INTERRUPTED, Event, RunFailed
 from agentstream.runtime.ports import LeaseStore
 from agentstream.runtime.supervisor import Supervisor
 
-__all__ = ["SEAL_GAP", "Leases"]
+__all__ = ["SEAL_COPY_MOST", "SEAL_GAP", "Leases"]
 
 SEAL_GAP = 1000
 """How far past the last seq on record an orphaned run's terminal event goes: a process
 that died had sent its own viewers events the shared log did not have yet (a batch on its
 way, a queue while Redis was away), and whoever resumes from one of them must still find
 the end after it."""
+
+SEAL_COPY_MOST = 1000
+"""Seqs past the shared log's last at most that an orphaned run's persisted events are
+copied over (a dead process's last quiet batch holds about a second of a run's events);
+further behind (its stream expired, Redis restarted), the log is ended with the terminal
+event alone, and viewers get the rest from the store."""
 
 logger = logging.getLogger(__name__)
 
@@ -126,10 +132,10 @@ class Leases:
         """End an orphaned run with its terminal event, past anything it sent its viewers
         (``SEAL_GAP``); False if another process ended it first. In cluster mode its shared
         live log gets the persisted events it lacks first (those the dead process had not
-        sent there yet), so that a viewer who reads it later misses none."""
+        sent there yet, ``SEAL_COPY_MOST``), so that a viewer who reads it later misses none
+        of them."""
         peers = self.supervisor.peers
         last_live = await peers.last_seq(run_id) if peers is not None else 0
-        missed = await self.store.events_after(run_id, last_live) if last_stored > last_live else []
         last = RunFailed(
             run_id=run_id,
             seq=max(last_stored, last_live) + SEAL_GAP,
@@ -141,10 +147,21 @@ class Leases:
             return False
         if peers is not None:
             try:
-                await peers.seal([*missed, last])
+                await peers.seal([*await self._missed(run_id, last_live, last_stored), last])
             except Exception:  # stored: its viewers elsewhere resume to find it
                 logger.exception("Could not end the live log of run %s", run_id)
         return True
+
+    async def _missed(self, run_id: str, last_live: int, last_stored: int) -> Sequence[Event]:
+        """The run's persisted events its shared live log lacks, if not too many; none if
+        they cannot be read (the terminal event goes regardless)."""
+        if not 0 < last_stored - last_live <= SEAL_COPY_MOST:
+            return []
+        try:
+            return await self.store.events_between(run_id, last_live, last_stored)
+        except Exception:
+            logger.exception("Could not read the events of run %s to copy", run_id)
+            return []
 
     async def leave(self) -> None:
         """Give the lease back (every run of this process has ended); if the database is

@@ -90,11 +90,11 @@ class ProcessStore:
                 for run_id, last, owner in (await db.execute(query)).all()
             ]
 
-    async def events_after(self, run_id: str, after: int) -> list[Event]:
-        """The run's persisted events with seq past ``after``: those of a dead process's run
-        that its shared live log may not hold."""
+    async def events_between(self, run_id: str, after: int, through: int) -> list[Event]:
+        """The run's persisted events with seq past ``after`` up to ``through``: those of a
+        dead process's run that its shared live log may not hold."""
         async with self._db.session() as db:
-            rows = await db.scalars(persisted(run_id, after=after))
+            rows = await db.scalars(persisted(run_id, after=after, through=through))
             return [EventAdapter.validate_python(payload) for payload in rows]
 
     async def interrupt(self, last: RunFailed) -> bool:

@@ -24,7 +24,7 @@ from agentstream.store.database import Database, add
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunQuery", "RunStore", "event_row"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "persisted"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,13 +143,13 @@ class RunStore:
         return found or 0
 
 
-def persisted(run_id: str, *, after: int = 0) -> Select[tuple[Any]]:
-    """The payloads of a run's persisted events with seq past ``after``, in seq order."""
-    return (
-        select(RunEventRow.payload)
-        .where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
-        .order_by(RunEventRow.seq)
-    )
+def persisted(run_id: str, *, after: int = 0, through: int | None = None) -> Select[tuple[Any]]:
+    """The payloads of a run's persisted events with seq past ``after`` (up to ``through``),
+    in seq order."""
+    query = select(RunEventRow.payload).where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
+    if through is not None:
+        query = query.where(RunEventRow.seq <= through)
+    return query.order_by(RunEventRow.seq)
 
 
 def event_row(event: BaseEvent) -> RunEventRow:
