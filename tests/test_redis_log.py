@@ -903,3 +903,32 @@ async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(
     assert await following.next_batch() == [step(1), step(2), step(3), failed]
     assert await following.next_batch() == []
     assert following.ended
+
+
+async def test_past_the_bound_the_oldest_events_go_and_every_start_and_end_stays(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes kept while Redis is away, past ``MAX_QUEUED`` (here 20): the oldest events go,
+    never a stream's start or end, so once Redis is back a viewer elsewhere finds each part
+    opened and ended (a part with no event too), and reads the newest events, past the gap."""
+    monkeypatch.setattr(redis_log, "MAX_QUEUED", 20)
+    prefix = f"test-{uuid.uuid4().hex}"
+    writer, reader = log_of(redis, prefix), log_of(redis, prefix)
+    writer.open("run_w", after=0)  # the oldest writes: a part with no event
+    writer.close("run_w", after=0, last=0)
+    writer.open("run_x", after=0)
+    for seq in range(1, 41):
+        writer.append(step(seq))
+    writer.close("run_x", after=0, last=40)
+    assert writer._held <= 20
+    await writer.flush()
+    empty = await reader.subscribe("run_w", after=0)
+    assert empty is not None, "its start stayed"
+    assert empty.ended, "its end stayed"
+    following = await reader.subscribe("run_x", after=0)
+    assert following is not None
+    kept = await seqs(await following.next_batch())
+    assert kept == list(range(41 - len(kept), 41)), "the newest, in order"
+    assert len(kept) < 40, "the oldest went"
+    assert await following.next_batch() == []
+    assert following.ended

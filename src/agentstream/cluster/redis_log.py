@@ -67,9 +67,10 @@ a batch takes: under heavy load batches go about this many tokens apart, several
 run's packed."""
 
 MAX_QUEUED = 200_000
-"""Writes kept while Redis is away; past this, the oldest go, those of the runs queued
-longest (a viewer in another process then finds a gap: it resumes from the store if the
-stream's start went too, else reads past it, as past a hole)."""
+"""Writes kept while Redis is away; past this, the oldest events go, those of the runs
+queued longest, but for a stream's start and end (a viewer in another process then finds a
+gap: it reads past it, as past a hole; where a restarted Redis lost the stream's start, it
+resumes from the store)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
@@ -338,10 +339,17 @@ class RedisLog:
 
     def _drop_oldest(self) -> None:
         """Redis has been away for long: keep ``MAX_QUEUED`` writes at most, dropping the
-        oldest of the runs queued longest."""
+        oldest events of the runs queued longest. A stream's start and end stay: without
+        them a continued run's part would land after the one before, and a viewer elsewhere
+        wait for an end that never comes."""
         dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
         for run_id, pending in list(self._pending.items()):
-            left -= pending.split_off(len(pending), left).writes
+            head = pending.split_off(len(pending), left)
+            markers = [part for part in head if type(part) is _Marker]
+            pending[:0] = markers
+            pending.writes += len(markers)
+            pending.first = head.first
+            left -= head.writes - len(markers)
             if not pending:
                 del self._pending[run_id]
             if not left:
