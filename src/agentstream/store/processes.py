@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 from sqlalchemy import delete, func, or_, select, update
 
-from agentstream.events import Event, EventAdapter, RunFailed
+from agentstream.events import Event, RunFailed
 from agentstream.store.clock import now
 from agentstream.store.database import Database
-from agentstream.store.runs import event_row, persisted
+from agentstream.store.runs import event_row, stored_events
 from agentstream.store.tables import RunEventRow, RunRow, ServerProcessRow
 
 __all__ = ["Orphan", "ProcessStore"]
@@ -94,8 +94,7 @@ class ProcessStore:
         """The run's persisted events with seq past ``after`` up to ``through``: those of a
         dead process's run that its shared live log may not hold."""
         async with self._db.session() as db:
-            rows = await db.scalars(persisted(run_id, after=after, through=through))
-            return [EventAdapter.validate_python(payload) for payload in rows]
+            return await stored_events(db, run_id, after=after, through=through)
 
     async def interrupt(self, last: RunFailed) -> bool:
         """End an orphaned run with its terminal event ``last``, in one transaction; False

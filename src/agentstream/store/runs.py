@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import Boolean, Connection, Select, bindparam, case, func, select, update
+from sqlalchemy import Boolean, Connection, bindparam, case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
@@ -24,7 +25,7 @@ from agentstream.store.database import Database, add
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "persisted"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "stored_events"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class RunStore:
     async def events(self, run_id: str) -> list[Event]:
         """The run's persisted events, in seq order."""
         async with self._db.session() as db:
-            return [EventAdapter.validate_python(p) for p in await db.scalars(persisted(run_id))]
+            return await stored_events(db, run_id)
 
     async def last_seq(self, run_id: str) -> int:
         async with self._db.session() as db:
@@ -143,13 +144,15 @@ class RunStore:
         return found or 0
 
 
-def persisted(run_id: str, *, after: int = 0, through: int | None = None) -> Select[tuple[Any]]:
-    """The payloads of a run's persisted events with seq past ``after`` (up to ``through``),
-    in seq order."""
+async def stored_events(
+    db: AsyncSession, run_id: str, *, after: int = 0, through: int | None = None
+) -> list[Event]:
+    """A run's persisted events with seq past ``after`` (up to ``through``), in seq order."""
     query = select(RunEventRow.payload).where(RunEventRow.run_id == run_id, RunEventRow.seq > after)
     if through is not None:
         query = query.where(RunEventRow.seq <= through)
-    return query.order_by(RunEventRow.seq)
+    rows = await db.scalars(query.order_by(RunEventRow.seq))
+    return [EventAdapter.validate_python(payload) for payload in rows]
 
 
 def event_row(event: BaseEvent) -> RunEventRow:
