@@ -143,7 +143,13 @@ async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator
     for the block, past the warm-up: the count of frames sent so far, in a list. The streams
     are cancelled after the block; the app is not shut down (the callers' process ends)."""
     os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"] = str(1 / rate)
+    from agentstream.server import streaming
     from bench.servers import agentstream_app, baseline_app
+
+    if hasattr(streaming, "SENDS_IN_ANY_TASK"):  # not in trees before ``write_through``
+        # This module's ``send`` never waits, in any task: frames are written through to
+        # it, as to uvicorn's.
+        streaming.SENDS_IN_ANY_TASK = (*streaming.SENDS_IN_ANY_TASK, __name__)
 
     frames = [0]
     _knock_out(variant, frames)

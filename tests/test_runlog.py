@@ -110,6 +110,48 @@ async def test_a_viewer_that_stops_waiting_leaves_nothing_behind() -> None:
     assert log._streams["r"].waiting == []
 
 
+async def test_a_waiting_viewer_takes_each_new_event_in_the_task_that_appends_it() -> None:
+    """What its ``take`` takes is read and the viewer waits on, never woken; what it does
+    not take wakes it, and its batch starts there. Events a viewer resumed past (it saw
+    more than the stream holds yet) are not offered again, nor is anything once it
+    stopped waiting."""
+    log = RunLog()
+    log.open("r")
+    taken: list[tuple[int, str | None]] = []
+
+    def take(event: Event) -> bool:
+        task = asyncio.current_task()
+        taken.append((event.seq, task.get_name() if task else None))
+        return event.seq != 3
+
+    subscription = log.subscribe("r")
+    viewer = asyncio.create_task(subscription.next_batch(take), name="viewer")
+    await asyncio.sleep(0)
+
+    async def run() -> None:
+        for seq in (1, 2, 3, 4):
+            log.append(step(seq))
+
+    await asyncio.create_task(run(), name="run")
+    assert taken == [(1, "run"), (2, "run"), (3, "run")], "4 came after it woke"
+    assert [event.seq for event in await viewer] == [3, 4]
+
+    ahead = log.subscribe("r", after=6)  # seen up to 6 elsewhere
+    waiting = asyncio.create_task(ahead.next_batch(take))
+    await asyncio.sleep(0)
+    taken.clear()
+    log.append(step(5))
+    log.append(step(6))
+    log.append(step(7))
+    assert [seq for seq, _ in taken] == [7]
+    assert not waiting.done(), "it took 7 and waits on"
+    waiting.cancel()
+    log.append(step(8))
+    assert [seq for seq, _ in taken] == [7]
+    assert log._streams["r"].waiting == []
+    assert [event.seq for event in await ahead.next_batch()] == [8]
+
+
 async def test_closed_log_is_dropped_after_retention() -> None:
     log = RunLog(retention=0.01)
     log.open("r")

@@ -6,6 +6,9 @@ a chat's in-flight slot back; a GET follow only watches, so hanging up leaves th
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -18,9 +21,11 @@ from starlette.types import Message, Receive, Scope, Send
 
 from agentstream.agents import AgentSpec
 from agentstream.events import Event, TextDelta
+from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEndPart
 from agentstream.providers.scripted import ScriptedModel
+from agentstream.runlog import RunLog, Take
 from agentstream.runtime.tools import Tool
-from agentstream.server import create_app
+from agentstream.server import create_app, streaming
 from agentstream.server.streaming import EventStreamResponse, StreamsOutside
 from agentstream.server.streams import DONE, _LiveFrames, native
 from agentstream.sse import SSEDecoder
@@ -30,6 +35,8 @@ from conftest import (
     latest_run_id,
     make_settings,
     serve,
+    stream_frames,
+    wait_for_status,
     wait_until,
 )
 from fakes.server import run_app
@@ -48,13 +55,28 @@ WAITS = {
 """A workflow whose one block waits on a slow tool: live until cancelled."""
 
 
+WIDE_TOKENS = 300
+
+
+def _wide(request: ModelRequest) -> list[ModelPart]:
+    """An answer of ``WIDE_TOKENS`` tokens of 32 KiB each, numbered: about 10 MB, more than
+    the sockets between a server and its client hold."""
+    parts: list[ModelPart] = [
+        TextPart(f"{i:05}" + "x" * (32 * 1024 - 5)) for i in range(WIDE_TOKENS)
+    ]
+    return [*parts, TurnEndPart("end_turn")]
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with serve(
         make_settings(tmp_path_factory.mktemp("streams")),
         tools=[Tool.from_function(wait)],
-        models=[ScriptedModel("waiter", call_wait_then_answer)],
-        agents=[AgentSpec(id="waiter", model="waiter", tools=["wait"])],
+        models=[ScriptedModel("waiter", call_wait_then_answer), ScriptedModel("wide", _wide)],
+        agents=[
+            AgentSpec(id="waiter", model="waiter", tools=["wait"]),
+            AgentSpec(id="wide", model="wide"),
+        ],
     ) as server:
         with server.client() as admin:
             admin.post("/api/workflows", json=WAITS).raise_for_status()
@@ -249,6 +271,9 @@ def test_a_streams_body_goes_out_once_the_middleware_has_returned() -> None:
             self.over = not self.chunks
             return batch
 
+        def write_through(self, write: Callable[[bytes], bool]) -> None:
+            raise AssertionError("this test's send is not one to write through to")
+
         def close(self) -> None:
             seen.append("frames closed")
 
@@ -310,6 +335,9 @@ def test_a_stream_the_app_fails_after_is_ended_as_if_its_client_had_left() -> No
         def encode(self, batch: bytes) -> bytes:
             return batch
 
+        def write_through(self, write: Callable[[bytes], bool]) -> None:
+            raise AssertionError("this test's send is not one to write through to")
+
         def close(self) -> None:
             calls.append("frames closed")
 
@@ -345,7 +373,7 @@ class _Viewing:
         ]
         self.closed = 0
 
-    async def next_batch(self) -> list[Event]:
+    async def next_batch(self, take: Take | None = None) -> list[Event]:
         return self.batches.pop() if self.batches else []
 
     def close(self) -> None:
@@ -389,6 +417,178 @@ def test_a_viewer_whose_frames_fail_stops_viewing() -> None:
     with pytest.raises(ValueError, match="no frame"):
         _body(EventStreamResponse(_LiveFrames(viewing, failing), keepalive=5))
     assert viewing.closed
+
+
+class _Client:
+    """A server's ``send`` that, like uvicorn's, waits only while the client does not read
+    (flow control): each body piece sent, with the task it went out in."""
+
+    def __init__(self) -> None:
+        self.reading = asyncio.Event()
+        self.reading.set()
+        self.failing = False
+        self.sent: list[tuple[bytes, str]] = []
+
+    async def send(self, message: Message) -> None:
+        await self.reading.wait()
+        if self.failing:
+            raise RuntimeError("the send failed")
+        if message["type"] == "http.response.body":
+            task = asyncio.current_task()
+            self.sent.append((message["body"], task.get_name() if task else ""))
+
+
+def _token(seq: int) -> TextDelta:
+    return TextDelta(run_id="r", seq=seq, ts=0.0, step=1, delta=f"t{seq}")
+
+
+def _frame(seq: int) -> bytes:
+    return f'data: {{"seq":{seq},"event":"content_delta","delta":"t{seq}"}}\n\n'.encode()
+
+
+async def _append(log: RunLog, *seqs: int) -> None:
+    """The run's tokens, appended in a task of its own, named ``run``."""
+
+    async def run() -> None:
+        for seq in seqs:
+            log.append(_token(seq))
+
+    await asyncio.create_task(run(), name="run")
+
+
+async def _streaming(log: RunLog, client: _Client, render: Callable[[Event], Any] = native) -> Any:
+    """The response's task, named ``response``, streaming run ``r`` to ``client``, once it
+    waits for the run's first event."""
+    response = EventStreamResponse(
+        _LiveFrames(log.subscribe("r"), render, trailer=DONE), keepalive=5
+    )
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await response(scope, receive, send)
+
+    outside = StreamsOutside(endpoint)({"type": "http"}, _never_disconnects, client.send)
+    streaming = asyncio.create_task(outside, name="response")
+    await asyncio.sleep(0.01)
+    return streaming
+
+
+def test_a_waiting_streams_frames_go_out_from_the_runs_task_and_a_slow_clients_from_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """To a server whose ``send`` waits on nothing bound to a task (uvicorn's), a token's
+    frame is sent by the run's task as it is appended: one task woken a token, not two. A
+    send that has to wait for a slow client goes on in the response's task, before the
+    frames that came meanwhile, each once, in order; the run never waits for the client."""
+    monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+
+    async def scenario() -> list[tuple[bytes, str]]:
+        log, client = RunLog(), _Client()
+        log.open("r")
+        response = await _streaming(log, client)
+        await _append(log, 1)
+        client.reading.clear()
+        await _append(log, 2, 3)
+        await asyncio.sleep(0.01)
+        assert [body for body, _ in client.sent] == [_frame(1)], "2 waits for the client"
+        client.reading.set()
+        await asyncio.sleep(0.01)
+        await _append(log, 4)
+        log.close("r")
+        await response
+        return client.sent
+
+    assert asyncio.run(scenario()) == [
+        (_frame(1), "run"),
+        (_frame(2), "response"),
+        (_frame(3), "response"),
+        (_frame(4), "run"),
+        (DONE, "response"),
+        (b"", "response"),
+    ]
+
+
+@pytest.mark.parametrize("failing", ["send", "view"])
+def test_what_fails_in_the_runs_task_while_it_writes_a_frame_ends_the_response_not_the_run(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+
+    def render(event: Event) -> Any:
+        if failing == "view" and event.seq == 2:
+            raise ValueError("no frame")
+        return native(event)
+
+    async def scenario() -> None:
+        log, client = RunLog(), _Client()
+        log.open("r")
+        response = await _streaming(log, client, render)
+        await _append(log, 1)
+        client.failing = failing == "send"
+        await _append(log, 2, 3)  # the run goes on
+        with pytest.raises(RuntimeError if failing == "send" else ValueError):
+            await response
+        assert [body for body, _ in client.sent] == [_frame(1)]
+
+    asyncio.run(scenario())
+
+
+def test_over_uvicorn_a_streams_tokens_go_out_from_the_runs_task_and_a_slow_reader_loses_none(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn's ``send`` is one to write through to: a token's frame goes out from the
+    run's task. A client that does not read while its run streams 10 MB (uvicorn's flow
+    control stops the sends) holds nothing up: the run completes, and the client then reads
+    every frame, once, in order, as a client that kept up did."""
+    writers: list[str] = []
+    finished: list[None] = []
+    write_now, finish = EventStreamResponse._write_now, EventStreamResponse._finish
+
+    def spied_write_now(response: EventStreamResponse, chunk: bytes) -> bool:
+        task = asyncio.current_task()
+        writers.append(task.get_name() if task else "")
+        return write_now(response, chunk)
+
+    async def spied_finish(response: EventStreamResponse) -> None:
+        finished.append(None)
+        await finish(response)
+
+    monkeypatch.setattr(EventStreamResponse, "_write_now", spied_write_now)
+    monkeypatch.setattr(EventStreamResponse, "_finish", spied_finish)
+    body = json.dumps({"message": "Go"}).encode()
+    url = httpx.URL(live.url)
+    request = (
+        f"POST /api/agents/wide/run/stream HTTP/1.1\r\nhost: {url.host}\r\n"
+        f"apikey: {live.key}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((url.host, url.port))
+        client.sendall(request + body)
+        wait_until(lambda: finished)
+        run = wait_for_status(live, latest_run_id(live, "wide"))
+        assert run["status"] == "completed"
+        client.settimeout(10)
+        received = bytearray()
+        while not received.endswith(b"\r\n0\r\n\r\n"):
+            received += client.recv(1 << 16)
+    frames = [json.loads(data) for data in re.findall(rb"data: (.*?)\n\n", received)]
+    seqs = [frame.pop("seq") for frame in frames]
+    assert seqs == sorted(set(seqs))
+    tokens = [frame["delta"][:5] for frame in frames if frame["event"] == "content_delta"]
+    assert tokens == [f"{i:05}" for i in range(WIDE_TOKENS)]
+    _, kept_up = stream_frames(live, "wide", {"message": "Go"})
+    assert _without_ids_and_times(frames) == _without_ids_and_times(kept_up)
+    assert writers
+    assert all(name.startswith("run_") for name in writers)
+
+
+_RUNS_OWN = ("run_id", "session_id", "ts", "duration_ms")
+"""What differs between two runs' frames."""
+
+
+def _without_ids_and_times(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in f.items() if key not in _RUNS_OWN} for f in frames]
 
 
 def test_an_app_an_embedder_adds_http_middleware_to_still_streams(tmp_path: Path) -> None:

@@ -13,13 +13,18 @@ from __future__ import annotations
 import asyncio
 from array import array
 from bisect import bisect_right
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from itertools import groupby
 from typing import Protocol, cast
 
 from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token
 
-__all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription"]
+__all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription", "Take"]
+
+Take = Callable[[Event], bool]
+"""A waiting viewer's way to read each event the moment it is appended, in the task that
+appends it: True if it took the event (it is read, the viewer waits on), False to be woken
+and read it. It must not raise: it runs inside the run."""
 
 
 class Subscription(Protocol):
@@ -42,9 +47,11 @@ class Subscription(Protocol):
         it happens while the viewer watches."""
         ...
 
-    async def next_batch(self) -> list[Event]:
+    async def next_batch(self, take: Take | None = None) -> list[Event]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
-        and everything was read. Safe to cancel."""
+        and everything was read. Safe to cancel. While it waits, a subscription may offer
+        each new event to ``take`` (the in-process log's does; one of another process's
+        run does not)."""
         ...
 
     def close(self) -> None: ...
@@ -190,9 +197,8 @@ class _Stream:
         summed."""
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
-        self.waiting: list[asyncio.Future[None]] = []
-        """What the viewers that have read every event wait on: bare futures, not an
-        ``asyncio.Event`` each, which is heavier to keep and to set, once per token."""
+        self.waiting: list[LogSubscription] = []
+        """The viewers that have read every event and wait for the next."""
 
     @property
     def last_seq(self) -> int:
@@ -200,14 +206,14 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
-        """Keep the event and wake the viewers that wait for it: a run that yields a burst
-        of tokens at once makes no call for the viewers it has woken already."""
+        """Keep the event and offer it to the viewers that wait for it: a run that yields a
+        burst of tokens at once makes no call for the viewers it has woken already."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
         if self.waiting:
-            self.wake()
+            self.waiting = [viewer for viewer in self.waiting if viewer.waits_on_after(event)]
 
     def pack_read(self) -> None:
         """Pack the events that every viewer has read (all but the newest ``RECENT`` once
@@ -276,10 +282,9 @@ class _Stream:
             yield entry, max(index - begins, 0)
 
     def wake(self) -> None:
-        """There is news (new events, or the end) for the viewers that wait."""
-        for waiter in self.waiting:
-            if not waiter.done():  # else its viewer stopped waiting (cancelled)
-                waiter.set_result(None)
+        """The stream ended: the viewers that wait read what is left."""
+        for viewer in self.waiting:
+            viewer.wake()
         self.waiting.clear()
 
 
@@ -295,31 +300,59 @@ class LogSubscription:
         """Events up to this seq are not in the log (a continued run's earlier part)."""
         self.head = stream.last_seq
         """The seq of the stream's last event when the viewer subscribed."""
+        self._waiter: asyncio.Future[None] | None = None
+        """What ``next_batch`` waits on: a bare future, not an ``asyncio.Event``, which is
+        heavier to keep and to set."""
+        self._take: Take | None = None
 
     @property
     def ended(self) -> bool:
         """The run's live part is over: what is left to read is all there is."""
         return self._stream.closed
 
-    async def next_batch(self) -> list[Event]:
+    async def next_batch(self, take: Take | None = None) -> list[Event]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
-        and everything was read.
+        and everything was read. While it waits, each new event is offered to ``take``
+        first: a viewer that writes a token's frame from the run's task spares the wake of
+        its own, the most a token's second task costs.
 
-        Safe to cancel: nothing is consumed until the wait is over.
+        Safe to cancel: nothing is consumed until the wait is over (but what ``take`` took).
         """
         stream = self._stream
         while self.read >= stream.count and not stream.closed:
-            waiter = asyncio.get_running_loop().create_future()
-            stream.waiting.append(waiter)
+            self._take = take
+            self._waiter = asyncio.get_running_loop().create_future()
+            stream.waiting.append(self)
             try:
-                await waiter
+                await self._waiter
             except asyncio.CancelledError:
-                if waiter in stream.waiting:  # not woken: nothing is to wake it any more
-                    stream.waiting.remove(waiter)
+                if self in stream.waiting:  # not woken: nothing is to wake it any more
+                    stream.waiting.remove(self)
                 raise
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch
+
+    def waits_on_after(self, event: Event) -> bool:
+        """``event`` was appended while this viewer waits: whether it waits on (its
+        ``take`` took the event, or it has seen the event already: it resumed past the
+        stream's end), else it is woken to read it."""
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # it stopped waiting (cancelled)
+            return False
+        unread = self._stream.count - self.read
+        if unread <= 0:
+            return True
+        if unread == 1 and self._take is not None and self._take(event):
+            self.read += 1
+            return True
+        waiter.set_result(None)
+        return False
+
+    def wake(self) -> None:
+        """Stop waiting (the stream ended)."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while batch := await self.next_batch():

@@ -47,6 +47,7 @@ from agentstream.cluster.wire import (
     packs_json,
 )
 from agentstream.events import Event, TextDelta, Token
+from agentstream.runlog import Take
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
 
@@ -581,11 +582,12 @@ class RedisSubscription:
         self.ended = ended
         self._done = False
 
-    async def next_batch(self) -> list[Event]:
+    async def next_batch(self, take: Take | None = None) -> list[Event]:
         """Every entry not yet read, waiting up to ``BLOCK_MS`` at a time for one; ``[]``
         once the end marker was read, or the stream is gone, has a gap or cannot be read
         (Redis went away): the viewer reconnects and gets the rest from the store or from
-        the stream once it is back."""
+        the stream once it is back. Nothing is offered to ``take``: the viewer's own task
+        reads Redis."""
         while not self._done:
             try:
                 reply: Any = await self._redis.xread({self._key: self._cursor}, block=BLOCK_MS)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from contextvars import Context, copy_context
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentstream import sse
 from agentstream.telemetry.metrics import LIVE_STREAMS
 
-__all__ = ["SSE_HEADERS", "EventStreamResponse", "Frames", "StreamsOutside"]
+__all__ = ["SENDS_IN_ANY_TASK", "SSE_HEADERS", "EventStreamResponse", "Frames", "StreamsOutside"]
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -34,6 +35,12 @@ _KEEPALIVE = sse.comment("keepalive").encode()
 
 _RAW_SSE_HEADERS = tuple(Headers(SSE_HEADERS).raw)
 _CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
+
+SENDS_IN_ANY_TASK: tuple[str, ...] = ("uvicorn.protocols.http.",)
+"""The modules of the servers' ``send`` functions that wait on nothing bound to the task
+they run in (uvicorn's waits only for its flow control's drain, an ``asyncio.Event``): a
+frame's send may start in the run's task and, where the client is slow, be finished in the
+response's. Frames are written through only to those."""
 
 _OUTSIDE = "agentstream.streams_outside"
 """The scope's key under which ``StreamsOutside`` takes the streams a request answers with,
@@ -51,6 +58,13 @@ class Frames(Protocol[B]):
     def next_batch(self) -> Awaitable[B]: ...
 
     def encode(self, batch: B) -> bytes: ...
+
+    def write_through(self, write: Callable[[bytes], bool]) -> None:
+        """From now on, frames may go out as they come, while the response waits for
+        ``next_batch``, in the task that makes them, by ``write``: True if the chunk went out
+        whole; else the response finishes sending it before anything else (and the batch it
+        wakes to must not hold the chunk's frames again)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -82,6 +96,11 @@ class EventStreamResponse(Response):
         self._on_disconnect = on_disconnect
         self._on_end = on_end
         self._last_sent = 0.0
+        self._send: Callable[[Message], Coroutine[Any, Any, None]] | None = None
+        """The server's ``send``, where frames are written through to it."""
+        self._unfinished: tuple[Coroutine[Any, Any, None], object] | Exception | None = None
+        """A frame written through whose send did not finish in the run's task: the send and
+        what it waits on, or what it raised."""
         self.status_code = 200
         self.background = None
         self.raw_headers = [  # the shared pairs, not a copy of each a live stream: 400 bytes
@@ -123,9 +142,14 @@ class EventStreamResponse(Response):
             over = False
             watcher = asyncio.create_task(self._watch(receive, send, leave))
             frames = self._frames
+            if frames is not None and getattr(send, "__module__", "").startswith(SENDS_IN_ANY_TASK):
+                self._send = cast(Callable[[Message], Coroutine[Any, Any, None]], send)
+                frames.write_through(self._write_now)
             try:
                 chunk, self._first = self._first, b""
                 while True:
+                    if self._unfinished is not None:
+                        await self._finish()
                     if chunk:
                         self._last_sent = time.monotonic()
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -142,10 +166,36 @@ class EventStreamResponse(Response):
             finally:
                 over = True
                 watcher.cancel()
+                if isinstance(self._unfinished, tuple):  # cancelled before it finished
+                    self._unfinished[0].close()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             LIVE_STREAMS.dec()
             self._ended()
+
+    def _write_now(self, chunk: bytes) -> bool:
+        """``chunk``'s send started in the task at hand (the run's, which appended its
+        event): True once it went out; False where the send has to wait (the client is
+        slow: flow control) or failed, for ``_finish`` in the response's task. A token then
+        wakes one task, not two: the second was the most a token's frame cost."""
+        assert self._send is not None
+        self._last_sent = time.monotonic()
+        sending = self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        try:
+            self._unfinished = (sending, sending.send(None))
+        except StopIteration:
+            return True
+        except Exception as error:  # raised in the response's task, not in the run's
+            self._unfinished = error
+        return False
+
+    async def _finish(self) -> None:
+        """Finish the send a frame written through started, before anything else is sent."""
+        unfinished, self._unfinished = self._unfinished, None
+        if isinstance(unfinished, Exception):
+            raise unfinished
+        assert unfinished is not None
+        await _go_on(*unfinished)
 
     def abandon(self) -> None:
         """The body will not be sent (the app failed after the start): as if the client had
@@ -177,6 +227,26 @@ class EventStreamResponse(Response):
                 continue
             if message["type"] == "http.disconnect":
                 leave()
+                return
+
+
+@types.coroutine
+def _go_on(sending: Coroutine[Any, Any, None], waiting_on: object) -> Generator[Any, Any, None]:
+    """Finish ``sending``, a coroutine that another task started and that waits on
+    ``waiting_on``: what ``await`` would have gone on doing in that task (a cancel is thrown
+    into it)."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except BaseException as error:
+            try:
+                waiting_on = sending.throw(error)
+            except StopIteration:
+                return
+        else:
+            try:
+                waiting_on = sending.send(sent)
+            except StopIteration:
                 return
 
 

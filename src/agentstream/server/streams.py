@@ -16,6 +16,7 @@ reconnects.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any
 
@@ -223,9 +224,21 @@ class _LiveFrames:
     ``EventStreamResponse``: ``trailer`` after the run's last event, not where the
     subscription stopped short of it (a viewer that lost the shared log: its client
     resumes). With ``ends``, the stream is over after the first event it holds for, and
-    only then is there a trailer."""
+    only then is there a trailer. Written through (``write_through``), an event's frames go
+    out as it is appended, while the response waits; one that may end the stream does not."""
 
-    __slots__ = ("_ends", "_ids", "_render", "_subscription", "_trailer", "next_batch", "over")
+    __slots__ = (
+        "_ends",
+        "_failed",
+        "_ids",
+        "_render",
+        "_subscription",
+        "_trailer",
+        "_write",
+        "_written",
+        "next_batch",
+        "over",
+    )
 
     def __init__(
         self,
@@ -236,15 +249,46 @@ class _LiveFrames:
         ids: bool = False,
         ends: Callable[[Event], bool] | None = None,
     ) -> None:
-        self.next_batch = subscription.next_batch
+        self.next_batch: Callable[[], Awaitable[list[Event]]] = subscription.next_batch
         self.over = False
         self._subscription = subscription
         self._render = render
         self._trailer = trailer
         self._ids = ids
         self._ends = ends
+        self._write: Callable[[bytes], bool] | None = None
+        self._written = 0
+        """The seq of the last event whose frames were written through."""
+        self._failed: Exception | None = None
+        """What rendering an event raised in the run's task: raised in the response's."""
+
+    def write_through(self, write: Callable[[bytes], bool]) -> None:
+        self._write = write
+        self.next_batch = partial(self._subscription.next_batch, self._take)
+
+    def _take(self, event: Event) -> bool:
+        """The subscription's ``Take``: the event's frames written at once, unless it may
+        end the stream. An event whose frames did not go out whole (the client is slow, or
+        the send failed) is not taken: the response's task wakes, finishes that send and
+        leaves the event out of what it writes next."""
+        assert self._write is not None
+        if self._ends is not None and self._ends(event):
+            return False
+        self._written = event.seq
+        try:
+            chunk = encode_events((event,), self._render, ids=self._ids)
+        except Exception as error:  # the view's: raised where the response can end on it
+            self._failed = error
+            return False
+        return self._write(chunk) if chunk else True
 
     def encode(self, batch: list[Event]) -> bytes:
+        if self._failed is not None:
+            raise self._failed
+        if batch and batch[0].seq <= self._written:  # written through already
+            batch = batch[1:]
+            if not batch:
+                return b""
         if not batch:  # all there is was read
             self.close()
             ended = self._ends is None and self._subscription.ended
