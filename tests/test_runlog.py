@@ -148,6 +148,8 @@ async def test_a_waiting_viewer_takes_each_new_event_in_the_task_that_appends_it
     waiting.cancel()
     log.append(step(8))
     assert [seq for seq, _ in taken] == [7]
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
     assert log._streams["r"].waiting == []
     assert [event.seq for event in await ahead.next_batch()] == [8]
 

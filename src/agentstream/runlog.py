@@ -198,7 +198,8 @@ class _Stream:
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
         self.waiting: list[LogSubscription] = []
-        """The viewers that have read every event and wait for the next."""
+        """The viewers that have read every event and wait for the next (each leaves the
+        list once its wait is over)."""
 
     @property
     def last_seq(self) -> int:
@@ -206,14 +207,13 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
-        """Keep the event and offer it to the viewers that wait for it: a run that yields a
-        burst of tokens at once makes no call for the viewers it has woken already."""
+        """Keep the event and offer it to the viewers that wait for it."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
-        if self.waiting:
-            self.waiting = [viewer for viewer in self.waiting if viewer.waits_on_after(event)]
+        for viewer in self.waiting:
+            viewer.offer(event)
 
     def pack_read(self) -> None:
         """Pack the events that every viewer has read (all but the newest ``RECENT`` once
@@ -285,7 +285,6 @@ class _Stream:
         """The stream ended: the viewers that wait read what is left."""
         for viewer in self.waiting:
             viewer.wake()
-        self.waiting.clear()
 
 
 class LogSubscription:
@@ -300,9 +299,9 @@ class LogSubscription:
         """Events up to this seq are not in the log (a continued run's earlier part)."""
         self.head = stream.last_seq
         """The seq of the stream's last event when the viewer subscribed."""
-        self._waiter: asyncio.Future[None] | None = None
-        """What ``next_batch`` waits on: a bare future, not an ``asyncio.Event``, which is
-        heavier to keep and to set."""
+        self._waiter: asyncio.Future[None]
+        """What ``next_batch`` waits on (set while it does): a bare future, not an
+        ``asyncio.Event``, which is heavier to keep and to set."""
         self._take: Take | None = None
 
     @property
@@ -325,33 +324,27 @@ class LogSubscription:
             stream.waiting.append(self)
             try:
                 await self._waiter
-            except asyncio.CancelledError:
-                if self in stream.waiting:  # not woken: nothing is to wake it any more
-                    stream.waiting.remove(self)
-                raise
+            finally:
+                stream.waiting.remove(self)
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch
 
-    def waits_on_after(self, event: Event) -> bool:
-        """``event`` was appended while this viewer waits: whether it waits on (its
-        ``take`` took the event, or it has seen the event already: it resumed past the
-        stream's end), else it is woken to read it."""
+    def offer(self, event: Event) -> None:
+        """``event`` was appended while this viewer waits: its ``take`` takes it (it is
+        read, and the viewer waits on), or the viewer is woken to read it; not where it has
+        been woken already, or has seen the event (it resumed past the stream's end)."""
         waiter = self._waiter
-        if waiter is None or waiter.done():  # it stopped waiting (cancelled)
-            return False
-        unread = self._stream.count - self.read
-        if unread <= 0:
-            return True
-        if unread == 1 and self._take is not None and self._take(event):
+        if waiter.done() or self.read >= self._stream.count:
+            return
+        if self._take is not None and self._take(event):
             self.read += 1
-            return True
-        waiter.set_result(None)
-        return False
+        else:
+            waiter.set_result(None)
 
     def wake(self) -> None:
         """Stop waiting (the stream ended)."""
-        if self._waiter is not None and not self._waiter.done():
+        if not self._waiter.done():
             self._waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
