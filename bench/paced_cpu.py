@@ -146,10 +146,11 @@ async def paced(variant: str, streams: int, rate: float = RATE) -> AsyncIterator
     from agentstream.server import streaming
     from bench.servers import agentstream_app, baseline_app
 
-    if hasattr(streaming, "SENDS_IN_ANY_TASK"):  # not in trees before ``write_through``
+    sending = getattr(streaming, "SENDS_IN_ANY_TASK", None)  # None before ``write_through``
+    if sending is not None and __name__ not in sending:
         # This module's ``send`` never waits, in any task: frames are written through to
         # it, as to uvicorn's.
-        streaming.SENDS_IN_ANY_TASK = (*streaming.SENDS_IN_ANY_TASK, __name__)
+        streaming.SENDS_IN_ANY_TASK = (*sending, __name__)
 
     frames = [0]
     _knock_out(variant, frames)

@@ -25,7 +25,7 @@ from agentstream.providers.base import ModelPart, ModelRequest, TextPart, TurnEn
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.runlog import RunLog, Take
 from agentstream.runtime.tools import Tool
-from agentstream.server import create_app, streaming
+from agentstream.server import create_app, streaming, streams
 from agentstream.server.streaming import EventStreamResponse, StreamsOutside
 from agentstream.server.streams import DONE, _LiveFrames, native
 from agentstream.sse import SSEDecoder
@@ -56,6 +56,9 @@ WAITS = {
 
 
 WIDE_TOKENS = 300
+WIDE_APART = 0.002
+"""Seconds between two of its tokens: more than ``streams.BURST``, so each is written
+through from the run's task."""
 
 
 def _wide(request: ModelRequest) -> list[ModelPart]:
@@ -72,7 +75,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with serve(
         make_settings(tmp_path_factory.mktemp("streams")),
         tools=[Tool.from_function(wait)],
-        models=[ScriptedModel("waiter", call_wait_then_answer), ScriptedModel("wide", _wide)],
+        models=[
+            ScriptedModel("waiter", call_wait_then_answer),
+            ScriptedModel("wide", _wide, delay=WIDE_APART),
+        ],
         agents=[
             AgentSpec(id="waiter", model="waiter", tools=["wait"]),
             AgentSpec(id="wide", model="wide"),
@@ -467,9 +473,9 @@ async def _streaming(log: RunLog, client: _Client, render: Callable[[Event], Any
         await response(scope, receive, send)
 
     outside = StreamsOutside(endpoint)({"type": "http"}, _never_disconnects, client.send)
-    streaming = asyncio.create_task(outside, name="response")
+    responding = asyncio.create_task(outside, name="response")
     await asyncio.sleep(0.01)
-    return streaming
+    return responding
 
 
 def test_a_waiting_streams_frames_go_out_from_the_runs_task_and_a_slow_clients_from_its_own(
@@ -480,6 +486,7 @@ def test_a_waiting_streams_frames_go_out_from_the_runs_task_and_a_slow_clients_f
     send that has to wait for a slow client goes on in the response's task, before the
     frames that came meanwhile, each once, in order; the run never waits for the client."""
     monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+    monkeypatch.setattr(streams, "BURST", 0.0)  # the tokens here come microseconds apart
 
     async def scenario() -> list[tuple[bytes, str]]:
         log, client = RunLog(), _Client()
@@ -507,11 +514,37 @@ def test_a_waiting_streams_frames_go_out_from_the_runs_task_and_a_slow_clients_f
     ]
 
 
+def test_a_burst_of_tokens_goes_out_from_the_responses_task_in_one_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event that comes within ``BURST`` of the one before is not written through: the
+    response's task wakes and sends it with the rest of the burst, one write to the socket
+    for all of them, not one each (here every event is in a burst)."""
+    monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+    monkeypatch.setattr(streams, "BURST", 3600.0)
+
+    async def scenario() -> list[tuple[bytes, str]]:
+        log, client = RunLog(), _Client()
+        log.open("r")
+        response = await _streaming(log, client)
+        await _append(log, 1, 2, 3)
+        log.close("r")
+        await response
+        return client.sent
+
+    assert asyncio.run(scenario()) == [
+        (_frame(1) + _frame(2) + _frame(3), "response"),
+        (DONE, "response"),
+        (b"", "response"),
+    ]
+
+
 @pytest.mark.parametrize("failing", ["send", "view"])
 def test_what_fails_in_the_runs_task_while_it_writes_a_frame_ends_the_response_not_the_run(
     monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+    monkeypatch.setattr(streams, "BURST", 0.0)
 
     def render(event: Event) -> Any:
         if failing == "view" and event.seq == 2:
@@ -571,7 +604,9 @@ def test_over_uvicorn_a_streams_tokens_go_out_from_the_runs_task_and_a_slow_read
         client.settimeout(10)
         received = bytearray()
         while not received.endswith(b"\r\n0\r\n\r\n"):
-            received += client.recv(1 << 16)
+            read = client.recv(1 << 16)
+            assert read, "the connection closed before the stream's end"
+            received += read
     frames = [json.loads(data) for data in re.findall(rb"data: (.*?)\n\n", received)]
     seqs = [frame.pop("seq") for frame in frames]
     assert seqs == sorted(set(seqs))

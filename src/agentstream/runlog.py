@@ -198,8 +198,7 @@ class _Stream:
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
         self.waiting: list[LogSubscription] = []
-        """The viewers that have read every event and wait for the next (each leaves the
-        list once its wait is over)."""
+        """The viewers that have read every event and wait for the next."""
 
     @property
     def last_seq(self) -> int:
@@ -207,13 +206,24 @@ class _Stream:
         return self.base + self.count
 
     def append(self, event: Event) -> None:
-        """Keep the event and offer it to the viewers that wait for it."""
+        """Keep the event and offer it to the viewers that wait for it. Those it wakes
+        leave the waiting list at once: the rest of a burst (an unpaced model's, or a
+        provider's read of several tokens) makes no call for them."""
         self.recent.append(event)
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
+        if self.waiting:
+            self.offer(event)
+
+    def offer(self, event: Event) -> None:
+        """``event`` to each viewer that waits; those it wakes leave the list."""
+        woken = False
         for viewer in self.waiting:
-            viewer.offer(event)
+            if not viewer.waits_on_after(event):
+                woken = True
+        if woken:
+            self.waiting = [viewer for viewer in self.waiting if viewer.waits]
 
     def pack_read(self) -> None:
         """Pack the events that every viewer has read (all but the newest ``RECENT`` once
@@ -285,6 +295,7 @@ class _Stream:
         """The stream ended: the viewers that wait read what is left."""
         for viewer in self.waiting:
             viewer.wake()
+        self.waiting.clear()
 
 
 class LogSubscription:
@@ -300,7 +311,7 @@ class LogSubscription:
         self.head = stream.last_seq
         """The seq of the stream's last event when the viewer subscribed."""
         self._waiter: asyncio.Future[None]
-        """What ``next_batch`` waits on (set while it does): a bare future, not an
+        """What ``next_batch`` waits on (set from its first wait on): a bare future, not an
         ``asyncio.Event``, which is heavier to keep and to set."""
         self._take: Take | None = None
 
@@ -324,23 +335,37 @@ class LogSubscription:
             stream.waiting.append(self)
             try:
                 await self._waiter
+            except asyncio.CancelledError:
+                if self in stream.waiting:  # not woken: nothing is to wake it any more
+                    stream.waiting.remove(self)
+                raise
             finally:
-                stream.waiting.remove(self)
+                self._take = None  # which holds its viewer's response
         batch = stream.since(self.read)
         self.read += len(batch)
         return batch
 
-    def offer(self, event: Event) -> None:
-        """``event`` was appended while this viewer waits: its ``take`` takes it (it is
-        read, and the viewer waits on), or the viewer is woken to read it; not where it has
-        been woken already, or has seen the event (it resumed past the stream's end)."""
+    @property
+    def waits(self) -> bool:
+        """It waits for an event (not woken, nor cancelled)."""
+        return not self._waiter.done()
+
+    def waits_on_after(self, event: Event) -> bool:
+        """``event`` was appended while this viewer waits: whether it waits on (its
+        ``take`` took the event, or it has seen the event: it resumed past the stream's
+        end); else it is woken to read it (or was, or stopped waiting). Only the next
+        unread event is offered to ``take``."""
         waiter = self._waiter
-        if waiter.done() or self.read >= self._stream.count:
-            return
-        if self._take is not None and self._take(event):
+        if waiter.done():
+            return False
+        unread = self._stream.count - self.read
+        if unread <= 0:
+            return True
+        if unread == 1 and self._take is not None and self._take(event):
             self.read += 1
-        else:
-            waiter.set_result(None)
+            return True
+        waiter.set_result(None)
+        return False
 
     def wake(self) -> None:
         """Stop waiting (the stream ended)."""

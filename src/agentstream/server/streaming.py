@@ -50,8 +50,8 @@ each with the context it started in."""
 class Frames(Protocol[B]):
     """A stream's frames as they come: each batch ``next_batch`` waits for, written by
     ``encode``, until ``over``; ``close`` once the response is over, however it ended. The
-    response awaits ``next_batch`` itself (a subscription's own method): a coroutine a
-    token fewer than a wrapper that waits, then writes."""
+    response awaits ``next_batch`` itself (a subscription's own method, or that method with
+    its ``take``): no coroutine of a wrapper that waits, then writes."""
 
     over: bool
 
@@ -140,11 +140,11 @@ class EventStreamResponse(Response):
                     streaming.cancel()
 
             over = False
-            watcher = asyncio.create_task(self._watch(receive, send, leave))
             frames = self._frames
-            if frames is not None and getattr(send, "__module__", "").startswith(SENDS_IN_ANY_TASK):
+            if frames is not None and _sends_in_any_task(send):
                 self._send = cast(Callable[[Message], Coroutine[Any, Any, None]], send)
                 frames.write_through(self._write_now)
+            watcher = asyncio.create_task(self._watch(receive, send, leave))
             try:
                 chunk, self._first = self._first, b""
                 while True:
@@ -228,6 +228,11 @@ class EventStreamResponse(Response):
             if message["type"] == "http.disconnect":
                 leave()
                 return
+
+
+def _sends_in_any_task(send: Send) -> bool:
+    """``send`` is a server's that ``SENDS_IN_ANY_TASK`` names."""
+    return (getattr(send, "__module__", None) or "").startswith(SENDS_IN_ANY_TASK)
 
 
 @types.coroutine
