@@ -154,6 +154,38 @@ async def test_a_waiting_viewer_takes_each_new_event_in_the_task_that_appends_it
     assert [event.seq for event in await ahead.next_batch()] == [8]
 
 
+async def test_an_event_one_viewer_refuses_wakes_it_alone() -> None:
+    """Of three waiting viewers, the one whose ``take`` refuses an event wakes to read it,
+    as does the one with no ``take``; the one that took it waits on and is offered the
+    next."""
+    log = RunLog()
+    log.open("r")
+    taken: list[int] = []
+
+    def takes(event: Event) -> bool:
+        taken.append(event.seq)
+        return True
+
+    def refuses(event: Event) -> bool:
+        return False
+
+    viewers = [log.subscribe("r") for _ in range(3)]
+    taking, refusing, plain = (
+        asyncio.create_task(viewers[0].next_batch(takes)),
+        asyncio.create_task(viewers[1].next_batch(refuses)),
+        asyncio.create_task(viewers[2].next_batch()),
+    )
+    await asyncio.sleep(0)
+    log.append(step(1))
+    assert [event.seq for event in await refusing] == [1]
+    assert [event.seq for event in await plain] == [1]
+    log.append(step(2))
+    assert taken == [1, 2]
+    assert not taking.done()
+    log.close("r")
+    assert await taking == []
+
+
 async def test_closed_log_is_dropped_after_retention() -> None:
     log = RunLog(retention=0.01)
     log.open("r")

@@ -56,9 +56,6 @@ WAITS = {
 
 
 WIDE_TOKENS = 300
-WIDE_APART = 0.002
-"""Seconds between two of its tokens: more than ``streams.BURST``, so each is written
-through from the run's task."""
 
 
 def _wide(request: ModelRequest) -> list[ModelPart]:
@@ -77,7 +74,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         tools=[Tool.from_function(wait)],
         models=[
             ScriptedModel("waiter", call_wait_then_answer),
-            ScriptedModel("wide", _wide, delay=WIDE_APART),
+            ScriptedModel("wide", _wide),
         ],
         agents=[
             AgentSpec(id="waiter", model="waiter", tools=["wait"]),
@@ -585,6 +582,7 @@ def test_over_uvicorn_a_streams_tokens_go_out_from_the_runs_task_and_a_slow_read
         finished.append(None)
         await finish(response)
 
+    monkeypatch.setattr(streams, "BURST", float("-inf"))  # no event is taken for a burst
     monkeypatch.setattr(EventStreamResponse, "_write_now", spied_write_now)
     monkeypatch.setattr(EventStreamResponse, "_finish", spied_finish)
     body = json.dumps({"message": "Go"}).encode()

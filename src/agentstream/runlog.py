@@ -198,7 +198,8 @@ class _Stream:
         self.closed = False
         self.subscribers: set[LogSubscription] = set()
         self.waiting: list[LogSubscription] = []
-        """The viewers that have read every event and wait for the next."""
+        """The viewers that have read every event and wait for the next (and, until their
+        tasks run, those cancelled meanwhile)."""
 
     @property
     def last_seq(self) -> int:
@@ -322,9 +323,9 @@ class LogSubscription:
 
     async def next_batch(self, take: Take | None = None) -> list[Event]:
         """Every event not yet read, waiting for at least one; ``[]`` once the run has ended
-        and everything was read. While it waits, each new event is offered to ``take``
-        first: a viewer that writes a token's frame from the run's task spares the wake of
-        its own, the most a token's second task costs.
+        and everything was read. While it waits, the next event is offered to ``take``
+        first, in the task that appends it: a viewer that writes a token's frame from the
+        run's task spares the wake of its own, the most a token's second task costs.
 
         Safe to cancel: nothing is consumed until the wait is over (but what ``take`` took).
         """

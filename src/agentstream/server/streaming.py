@@ -171,17 +171,18 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             LIVE_STREAMS.dec()
+            self._send = self._unfinished = None  # cycles through the frames (``_take``)
             self._ended()
 
     def _write_now(self, chunk: bytes) -> bool:
         """``chunk``'s send started in the task at hand (the run's, which appended its
         event): True once it went out; False where the send has to wait (the client is
-        slow: flow control) or failed, for ``_finish`` in the response's task. A token then
-        wakes one task, not two: the second was the most a token's frame cost."""
+        slow: flow control) or failed, for ``_finish`` in the response's task. A paced token
+        then wakes one task, not two: the second was the most a token's frame cost."""
         assert self._send is not None
         self._last_sent = time.monotonic()
-        sending = self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         try:
+            sending = self._send({"type": "http.response.body", "body": chunk, "more_body": True})
             self._unfinished = (sending, sending.send(None))
         except StopIteration:
             return True

@@ -232,7 +232,8 @@ class _LiveFrames:
     subscription stopped short of it (a viewer that lost the shared log: its client
     resumes). With ``ends``, the stream is over after the first event it holds for, and
     only then is there a trailer. Written through (``write_through``), an event's frames go
-    out as it is appended, while the response waits; one that may end the stream does not."""
+    out as it is appended, while the response waits; not an event in a burst (``BURST``),
+    nor one that may end the stream."""
 
     __slots__ = (
         "_ends",
@@ -266,7 +267,7 @@ class _LiveFrames:
         self._ends = ends
         self._write: Callable[[bytes], bool] = _not_through
         self._last = 0.0
-        """The time of the last event read (its ``ts``)."""
+        """The time (``ts``) of the last event offered or read."""
         self._written = 0
         """The seq of the last event whose frames were written through."""
         self._failed: Exception | None = None
@@ -287,11 +288,11 @@ class _LiveFrames:
             if burst or (self._ends is not None and self._ends(event)):
                 return False
             chunk = encode_events((event,), self._render, ids=self._ids)
+            self._written = event.seq
+            return self._write(chunk) if chunk else True
         except Exception as error:  # the view's: raised where the response can end on it
             self._failed = error
             return False
-        self._written = event.seq
-        return self._write(chunk) if chunk else True
 
     def encode(self, batch: list[Event]) -> bytes:
         if self._failed is not None:
@@ -318,11 +319,15 @@ class _LiveFrames:
     def close(self) -> None:
         self.over = True
         self._subscription.close()
+        # What holds this object and its response in cycles, which a stream, long in the
+        # oldest generation, would keep until a full pass of the collector.
+        self.next_batch, self._write = self._subscription.next_batch, _not_through
 
 
-def _not_through(*_: object) -> bool:
-    """Frames not written through (yet): none goes out from the task that makes it."""
-    return False
+def _not_through(_chunk: bytes) -> bool:
+    """``_LiveFrames._write`` where frames are not written through: never called (``_take``
+    is offered events only once they are)."""
+    raise RuntimeError("frames are not written through")
 
 
 def native(event: Event) -> Iterable[Frame]:
