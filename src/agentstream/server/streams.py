@@ -243,8 +243,8 @@ class _LiveFrames:
         "_render",
         "_subscription",
         "_trailer",
+        "_unsent",
         "_write",
-        "_written",
         "next_batch",
         "over",
     )
@@ -268,8 +268,9 @@ class _LiveFrames:
         self._write: Callable[[bytes], bool] = _not_through
         self._last = 0.0
         """The time (``ts``) of the last event offered or read."""
-        self._written = 0
-        """The seq of the last event whose frames were written through."""
+        self._unsent = 0
+        """The seq of the event written through whose send the response's task is to
+        finish: left out of the batch it wakes to."""
         self._failed: Exception | None = None
         """What rendering an event raised in the run's task: raised in the response's."""
 
@@ -288,8 +289,10 @@ class _LiveFrames:
             if burst or (self._ends is not None and self._ends(event)):
                 return False
             chunk = encode_events((event,), self._render, ids=self._ids)
-            self._written = event.seq
-            return self._write(chunk) if chunk else True
+            if chunk and not self._write(chunk):
+                self._unsent = event.seq
+                return False
+            return True
         except Exception as error:  # the view's: raised where the response can end on it
             self._failed = error
             return False
@@ -299,11 +302,11 @@ class _LiveFrames:
             raise self._failed
         if batch:
             self._last = batch[-1].ts
-        if batch and batch[0].seq <= self._written:  # written through already
-            batch = batch[1:]
-            if not batch:
-                return b""
-        if not batch:  # all there is was read
+            if batch[0].seq == self._unsent:  # its frames are on their way already
+                batch = batch[1:]
+                if not batch:
+                    return b""
+        else:  # all there is was read
             self.close()
             ended = self._ends is None and self._subscription.ended
             return self._trailer if ended else b""
