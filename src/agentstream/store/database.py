@@ -39,9 +39,14 @@ from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
 from agentstream.telemetry.metrics import STORE_SECONDS
 
-__all__ = ["Database", "add"]
+__all__ = ["Database", "NewRow", "add"]
 
 T = TypeVar("T")
+
+NewRow = tuple[type[Base], dict[str, Any]]
+"""A row to insert: its table and its columns' values by name (the others take their
+defaults). Not an ORM object: setting each attribute through the ORM's instrumentation made
+a tenth of a run start's instructions, for rows that are only ever inserted."""
 
 
 class Database:
@@ -125,7 +130,7 @@ class Database:
         stored = await db.get_one(type(row), key, with_for_update=True, populate_existing=True)
         return stored, bool(inserted.rowcount)  # type: ignore[attr-defined]
 
-    async def insert(self, *rows: Base | None) -> None:
+    async def insert(self, *rows: NewRow | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).
 
         One INSERT per table, in the order of the tables' foreign keys (``add``), so a row
@@ -211,13 +216,13 @@ class Database:
             else:
                 queued.outcome.set_result(True)
 
-    async def _write_rows(self, inserts: list[tuple[Base | None, ...]]) -> None:
+    async def _write_rows(self, inserts: list[tuple[NewRow | None, ...]]) -> None:
         """Every row of ``inserts``, or none. Rows of one table (runs' events) are one INSERT;
         on PostgreSQL it goes without a transaction around it, which saves two of the three
         round trips of a run's persisted event: a lone ``INSERT``, or asyncpg's
         ``executemany``, is all-or-nothing by itself."""
         rows = [row for group in inserts for row in group if row is not None]
-        if len({type(row) for row in rows}) > 1 or self._autocommit is None:
+        if len({table for table, _ in rows}) > 1 or self._autocommit is None:
             await self.transact(functools.partial(add, rows=rows))
         else:
             async with self._autocommit.connect() as connection:
@@ -232,20 +237,20 @@ class _Queued:
 
     __slots__ = ("outcome", "rows")
 
-    def __init__(self, rows: tuple[Base | None, ...], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, rows: tuple[NewRow | None, ...], loop: asyncio.AbstractEventLoop) -> None:
         self.rows = rows
         self.outcome: asyncio.Future[bool] = loop.create_future()
         """True once written; False if not, and the caller now leads the writes."""
 
 
-def add(connection: Connection, rows: Iterable[Base]) -> None:
+def add(connection: Connection, rows: Iterable[NewRow]) -> None:
     """Insert new ``rows`` in one INSERT per table, the tables a foreign key refers to
     first (a session, then its runs, then their events), each table's rows in their order:
     a statement, not a session's unit of work, which costs several times more for rows
     that are only ever inserted."""
     by_table: dict[type[Base], list[dict[str, Any]]] = {}
-    for row in rows:
-        by_table.setdefault(type(row), []).append(_values(row))
+    for table, values in rows:
+        by_table.setdefault(table, []).append(values)
     for table in sorted(by_table, key=_dependency_order):
         connection.execute(_insert_into(table), by_table[table])
 

@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, or_, select, update
 from agentstream.events import Event, RunFailed
 from agentstream.store.clock import now
 from agentstream.store.database import Database
-from agentstream.store.runs import event_row, stored_events
+from agentstream.store.runs import event_values, stored_events
 from agentstream.store.tables import RunEventRow, RunRow, ServerProcessRow
 
 __all__ = ["Orphan", "ProcessStore"]
@@ -109,7 +109,7 @@ class ProcessStore:
             )
             if not result.rowcount:  # type: ignore[attr-defined]
                 return False
-            db.add(event_row(last))
+            db.add(RunEventRow(**event_values(last)))
         return True
 
     async def forget_expired(self, at: float) -> None:

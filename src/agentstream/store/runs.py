@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentstream.events import BaseEvent, Event, EventAdapter, Usage
 from agentstream.providers.base import Message
 from agentstream.store.clock import now
-from agentstream.store.database import Database, add
+from agentstream.store.database import Database, NewRow, add
 from agentstream.store.paging import Page, newest_first
-from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
+from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "stored_events"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_values", "stored_events"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +53,22 @@ class RunStore:
 
     async def create(
         self,
-        run: RunRow,
+        run: dict[str, Any],
         *,
         first_events: Sequence[BaseEvent] = (),
-        session: SessionRow | None = None,
+        session: dict[str, Any] | None = None,
     ) -> None:
-        """The run with its first events (and the new session it opens): all or nothing,
-        written with whatever else waits to be written."""
-        await self._db.insert(session, run, *(event_row(event) for event in first_events))
+        """The run with its first events (and the new session it opens), each given by its
+        columns: all or nothing, written with whatever else waits to be written."""
+        await self._db.insert(
+            (SessionRow, session) if session is not None else None,
+            (RunRow, run),
+            *((RunEventRow, event_values(event)) for event in first_events),
+        )
 
     async def append(self, *events: BaseEvent) -> None:
         """Events of a run that came at once: in one write, grouped with other runs' events."""
-        await self._db.insert(*(event_row(event) for event in events))
+        await self._db.insert(*((RunEventRow, event_values(event)) for event in events))
 
     async def finish(
         self,
@@ -155,12 +159,16 @@ async def stored_events(
     return [EventAdapter.validate_python(payload) for payload in rows]
 
 
-def event_row(event: BaseEvent) -> RunEventRow:
-    """The row of a persisted event: the one place an event becomes a row."""
+def event_values(event: BaseEvent) -> dict[str, Any]:
+    """The columns of a persisted event's row: the one place an event becomes a row."""
     payload: dict[str, Any] = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
-    return RunEventRow(
-        run_id=event.run_id, seq=event.seq, type=payload["type"], ts=event.ts, payload=payload
-    )
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "type": payload["type"],
+        "ts": event.ts,
+        "payload": payload,
+    }
 
 
 _USAGE: dict[str, Any] = {
@@ -195,23 +203,23 @@ def _finish(
         logger.warning("Run %s was ended already (%s): kept so", run_id, found)
         return
     (session_id,) = ended
-    rows: list[Base] = [event_row(last_event)]
+    rows: list[NewRow] = [(RunEventRow, event_values(last_event))]
     if memory:
         assert session_id is not None, "only an agent run has a conversation"
-        rows += (_message_row(session_id, run_id, m) for m in memory)
+        rows += ((MessageRow, _message_values(session_id, run_id, m)) for m in memory)
     add(db, rows)
 
 
-def _message_row(session_id: str, run_id: str, message: Message) -> MessageRow:
-    return MessageRow(
-        session_id=session_id,
-        run_id=run_id,
-        role=message.role,
-        content=message.content,
-        tool_calls=[
+def _message_values(session_id: str, run_id: str, message: Message) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "run_id": run_id,
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": [
             {"id": call.id, "name": call.name, "arguments": call.arguments}
             for call in message.tool_calls
         ],
-        tool_call_id=message.tool_call_id,
-        provider_state=message.provider_state,
-    )
+        "tool_call_id": message.tool_call_id,
+        "provider_state": message.provider_state,
+    }

@@ -33,7 +33,7 @@ from agentstream.store.console_sessions import ConsoleSessions
 from agentstream.store.database import Database
 from agentstream.store.definitions_cache import DefinitionsCache
 from agentstream.store.paging import Page, newest_first
-from agentstream.store.runs import RunQuery, RunStore, event_row
+from agentstream.store.runs import RunQuery, RunStore, event_values
 from agentstream.store.sqlite_file import sqlite_pragmas
 from agentstream.store.tables import (
     AgentRow,
@@ -41,6 +41,7 @@ from agentstream.store.tables import (
     ApprovalRow,
     DeploymentRow,
     MessageRow,
+    RunEventRow,
     RunRow,
     SessionRow,
     digest,
@@ -389,21 +390,21 @@ class Store:
         the session has a live run (another process may have started it)."""
         try:
             await self.runs.create(
-                RunRow(
-                    id=run_id,
-                    kind="agent",
-                    agent_id=agent.spec.id,
-                    agent_version=agent.version,
-                    session_id=session_id,
-                    status="running",
-                    input=input,
-                    reasoning_requested=reasoning_requested,
-                    created_at=now(),
-                    owner=owner,
-                    parent_run_id=parent_run_id,
-                ),
+                {
+                    "id": run_id,
+                    "kind": "agent",
+                    "agent_id": agent.spec.id,
+                    "agent_version": agent.version,
+                    "session_id": session_id,
+                    "status": "running",
+                    "input": input,
+                    "reasoning_requested": reasoning_requested,
+                    "created_at": now(),
+                    "owner": owner,
+                    "parent_run_id": parent_run_id,
+                },
                 first_events=first_events,
-                session=SessionRow(id=session_id, agent_id=agent.spec.id, created_at=now())
+                session={"id": session_id, "agent_id": agent.spec.id, "created_at": now()}
                 if new_session
                 else None,
             )
@@ -468,7 +469,7 @@ class Store:
         """Save what the run needs to continue and the approvals it waits for: all or nothing."""
         paused_at = now()
         async with self.db.write() as db:
-            db.add(event_row(last_event))
+            db.add(RunEventRow(**event_values(last_event)))
             run = await db.get_one(RunRow, run_id)
             run.status = "awaiting_approval"
             run.paused_state = state
@@ -572,7 +573,7 @@ class Store:
                 .where(ApprovalRow.run_id == run_id, ApprovalRow.decision == "pending")
                 .values(decision="cancelled", decided_at=now())
             )
-            db.add(event_row(last_event))
+            db.add(RunEventRow(**event_values(last_event)))
         return True
 
     async def decided_paused_runs(self) -> list[str]:

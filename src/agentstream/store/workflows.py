@@ -118,18 +118,18 @@ class WorkflowStore:
         owner: str,
     ) -> None:
         await self._runs.create(
-            RunRow(
-                id=execution_id,
-                kind="workflow",
-                workflow_id=workflow.id,
-                workflow_version=version,
-                draft=draft,
-                definition=definition_json(workflow),
-                status="running",
-                input=input,
-                created_at=now(),
-                owner=owner,
-            )
+            {
+                "id": execution_id,
+                "kind": "workflow",
+                "workflow_id": workflow.id,
+                "workflow_version": version,
+                "draft": draft,
+                "definition": definition_json(workflow),
+                "status": "running",
+                "input": input,
+                "created_at": now(),
+                "owner": owner,
+            }
         )
 
     async def append_events(self, *events: BaseEvent) -> None:
