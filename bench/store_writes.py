@@ -27,9 +27,8 @@ from agentstream.agents import AgentSpec
 from agentstream.events import RunStarted, StepStarted
 from agentstream.store import Store
 from agentstream.store.database import add
-from agentstream.store.runs import event_values
+from agentstream.store.runs import event_row
 from agentstream.store.sqlite_file import sqlite_pragmas
-from agentstream.store.tables import RunEventRow
 
 RUN = "r"
 
@@ -68,7 +67,7 @@ async def _layers(store: Store, path: Path, events: int) -> list[tuple[str, floa
         return StepStarted(run_id=RUN, seq=next(seqs), ts=0.0, step=1)
 
     def write_row(connection: Connection) -> None:
-        add(connection, [(RunEventRow, event_values(next_event()))])
+        add(connection, [event_row(next_event())])
 
     alone = sqlite3.connect(path)
     sqlite_pragmas(alone, None)  # as the store's own connections: WAL, synced at checkpoints
@@ -91,10 +90,7 @@ async def _layers(store: Store, path: Path, events: int) -> list[tuple[str, floa
         ("sqlite3 alone", sqlite_alone),
         ("row and SQLAlchemy, same thread", same_thread),
         ("from the loop (transact)", lambda: store.db.transact(write_row)),
-        (
-            "grouped (Database.insert)",
-            lambda: store.db.insert((RunEventRow, event_values(next_event()))),
-        ),
+        ("grouped (Database.insert)", lambda: store.db.insert(event_row(next_event()))),
         ("Store.append_events", lambda: store.append_events(next_event())),
     ]
     figures = []

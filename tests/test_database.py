@@ -4,6 +4,7 @@ workflow executions share."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
 import time
@@ -348,6 +349,60 @@ async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first
         assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
     finally:
         event.remove(Engine, "before_cursor_execute", count)
+        await store.close()
+
+
+async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """An agent run and a workflow execution set different columns: in one group, each set
+    of columns is an INSERT of its own (one statement for both would take the first row's
+    columns, fail, and leave the group to be written again caller by caller)."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    workflows = WorkflowStore(store.db)
+    inserts: list[str] = []
+
+    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT"):
+            inserts.append(statement.split()[2])
+
+    try:
+        await create_run(store, "run_0", "ses_0")
+        event.listen(Engine, "before_cursor_execute", count)
+        async with anyio.create_task_group() as group:
+            group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
+            group.start_soon(create_run, store, "run_2", "ses_2")  # the rest: one group
+            group.start_soon(
+                functools.partial(
+                    workflows.create_execution,
+                    "wfx_1",
+                    flow("f"),
+                    version=None,
+                    draft=True,
+                    input={"n": 1},
+                    owner=OWNER,
+                )
+            )
+            group.start_soon(create_run, store, "run_3", "ses_3")
+        run_1 = ["sessions", "runs", "run_events"]
+        the_group = ["sessions", "runs", "runs", "run_events"]  # the agent runs, the execution
+        assert inserts == [*run_1, *the_group]
+        assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
+        assert await workflows.get_execution("wfx_1") is not None
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+        await store.close()
+
+
+async def test_a_row_that_names_no_column_is_refused_not_written_without_it(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        row = {"run_id": "run_0", "seq": 1, "type": "x", "ts": 0.0, "payload": {}, "sequence": 1}
+        with pytest.raises(ValueError, match="run_events has no column sequence"):
+            await store.db.insert((RunEventRow, row))
+    finally:
         await store.close()
 
 

@@ -44,9 +44,10 @@ __all__ = ["Database", "NewRow", "add"]
 T = TypeVar("T")
 
 NewRow = tuple[type[Base], dict[str, Any]]
-"""A row to insert: its table and its columns' values by name (the others take their
-defaults). Not an ORM object: setting each attribute through the ORM's instrumentation made
-a tenth of a run start's instructions, for rows that are only ever inserted."""
+"""A row to insert: its table and the values of the columns it sets, by name (the others
+take their defaults). Not an ORM object: setting each attribute through the ORM's
+instrumentation made a tenth of a run start's instructions, for rows that are only ever
+inserted."""
 
 
 class Database:
@@ -244,26 +245,36 @@ class _Queued:
 
 
 def add(connection: Connection, rows: Iterable[NewRow]) -> None:
-    """Insert new ``rows`` in one INSERT per table, the tables a foreign key refers to
-    first (a session, then its runs, then their events), each table's rows in their order:
-    a statement, not a session's unit of work, which costs several times more for rows
-    that are only ever inserted."""
-    by_table: dict[type[Base], list[dict[str, Any]]] = {}
+    """Insert new ``rows`` in one INSERT per table and set of columns, the tables a foreign
+    key refers to first (a session, then its runs, then their events), each table's rows in
+    their order: a statement, not a session's unit of work, which costs several times more
+    for rows that are only ever inserted. Rows that set other columns go in another INSERT
+    (an agent run's and a workflow execution's, written in one group): a statement over
+    several rows takes its columns from the first."""
+    by_statement: dict[tuple[type[Base], tuple[str, ...]], list[dict[str, Any]]] = {}
     for table, values in rows:
-        by_table.setdefault(table, []).append(values)
-    for table in sorted(by_table, key=_dependency_order):
-        connection.execute(_insert_into(table), by_table[table])
+        by_statement.setdefault((table, tuple(values)), []).append(values)
+    for table, columns in sorted(by_statement, key=_dependency_order):
+        connection.execute(_insert_into(table, columns), by_statement[table, columns])
+
+
+def _dependency_order(statement: tuple[type[Base], tuple[str, ...]]) -> int:
+    return _table_order(statement[0])
 
 
 @functools.cache
-def _dependency_order(table: type[Base]) -> int:
+def _table_order(table: type[Base]) -> int:
     return Base.metadata.sorted_tables.index(Base.metadata.tables[table.__tablename__])
 
 
 @functools.cache
-def _insert_into(table: type[Base]) -> Insert:
-    """The table's INSERT, built once: building it anew made every statement cost half as
-    much again (its cache key is computed again for each new construct)."""
+def _insert_into(table: type[Base], columns: tuple[str, ...]) -> Insert:
+    """The table's INSERT, built once for the columns rows set: building it anew made every
+    statement cost half as much again (its cache key is computed again for each new
+    construct). A name that is no column of the table is refused here, the first time:
+    the INSERT would leave its value out without a word."""
+    if unknown := set(columns) - set(_columns(table)):
+        raise ValueError(f"{table.__tablename__} has no column {', '.join(sorted(unknown))}")
     return insert(Base.metadata.tables[table.__tablename__])
 
 

@@ -25,7 +25,7 @@ from agentstream.store.database import Database, NewRow, add
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunQuery", "RunStore", "event_values", "stored_events"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "event_values", "stored_events"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +63,12 @@ class RunStore:
         await self._db.insert(
             (SessionRow, session) if session is not None else None,
             (RunRow, run),
-            *((RunEventRow, event_values(event)) for event in first_events),
+            *(event_row(event) for event in first_events),
         )
 
     async def append(self, *events: BaseEvent) -> None:
         """Events of a run that came at once: in one write, grouped with other runs' events."""
-        await self._db.insert(*((RunEventRow, event_values(event)) for event in events))
+        await self._db.insert(*(event_row(event) for event in events))
 
     async def finish(
         self,
@@ -159,6 +159,11 @@ async def stored_events(
     return [EventAdapter.validate_python(payload) for payload in rows]
 
 
+def event_row(event: BaseEvent) -> NewRow:
+    """A persisted event's row, to insert."""
+    return RunEventRow, event_values(event)
+
+
 def event_values(event: BaseEvent) -> dict[str, Any]:
     """The columns of a persisted event's row: the one place an event becomes a row."""
     payload: dict[str, Any] = EventAdapter.dump_python(event, mode="json")  # type: ignore[arg-type]
@@ -203,7 +208,7 @@ def _finish(
         logger.warning("Run %s was ended already (%s): kept so", run_id, found)
         return
     (session_id,) = ended
-    rows: list[NewRow] = [(RunEventRow, event_values(last_event))]
+    rows: list[NewRow] = [event_row(last_event)]
     if memory:
         assert session_id is not None, "only an agent run has a conversation"
         rows += ((MessageRow, _message_values(session_id, run_id, m)) for m in memory)
