@@ -9,8 +9,8 @@ import itertools
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, closing
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,22 @@ async def create_run(store: Store, run_id: str, session_id: str, owner: str = OW
         first_events=[first],
         owner=owner,
     )
+
+
+@contextmanager
+def tables_inserted_into() -> Iterator[list[str]]:
+    """The table of each INSERT sent to any engine while the block runs, in order."""
+    inserts: list[str] = []
+
+    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT"):
+            inserts.append(statement.split()[2])
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield inserts
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -329,26 +345,21 @@ async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first
     sessions with their runs and events), each table is one INSERT, and a table goes after
     those its rows refer to."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    inserts: list[str] = []
-
-    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("INSERT"):
-            inserts.append(statement.split()[2])
-
     try:
         await create_run(store, "run_0", "ses_0")
-        event.listen(Engine, "before_cursor_execute", count)
-        async with anyio.create_task_group() as group:
-            group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
-            # the rest of the burst waits for it, then goes as one group
-            group.start_soon(store.append_events, StepStarted(run_id="run_0", seq=2, ts=0, step=1))
-            for n in (2, 3):
-                group.start_soon(create_run, store, f"run_{n}", f"ses_{n}")
+        with tables_inserted_into() as inserts:
+            async with anyio.create_task_group() as group:
+                group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
+                # the rest of the burst waits for it, then goes as one group
+                group.start_soon(
+                    store.append_events, StepStarted(run_id="run_0", seq=2, ts=0, step=1)
+                )
+                for n in (2, 3):
+                    group.start_soon(create_run, store, f"run_{n}", f"ses_{n}")
         assert inserts == ["sessions", "runs", "run_events"] * 2
         assert [e.seq for e in await store.run_events("run_0")] == [1, 2]
         assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
     finally:
-        event.remove(Engine, "before_cursor_execute", count)
         await store.close()
 
 
@@ -360,37 +371,29 @@ async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_on
     columns, fail, and leave the group to be written again caller by caller)."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     workflows = WorkflowStore(store.db)
-    inserts: list[str] = []
-
-    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("INSERT"):
-            inserts.append(statement.split()[2])
-
+    execution = functools.partial(
+        workflows.create_execution,
+        "wfx_1",
+        flow("f"),
+        version=None,
+        draft=True,
+        input={"n": 1},
+        owner=OWNER,
+    )
     try:
         await create_run(store, "run_0", "ses_0")
-        event.listen(Engine, "before_cursor_execute", count)
-        async with anyio.create_task_group() as group:
-            group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
-            group.start_soon(create_run, store, "run_2", "ses_2")  # the rest: one group
-            group.start_soon(
-                functools.partial(
-                    workflows.create_execution,
-                    "wfx_1",
-                    flow("f"),
-                    version=None,
-                    draft=True,
-                    input={"n": 1},
-                    owner=OWNER,
-                )
-            )
-            group.start_soon(create_run, store, "run_3", "ses_3")
+        with tables_inserted_into() as inserts:
+            async with anyio.create_task_group() as group:
+                group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
+                group.start_soon(create_run, store, "run_2", "ses_2")  # the rest: one group
+                group.start_soon(execution)
+                group.start_soon(create_run, store, "run_3", "ses_3")
         run_1 = ["sessions", "runs", "run_events"]
         the_group = ["sessions", "runs", "runs", "run_events"]  # the agent runs, the execution
         assert inserts == [*run_1, *the_group]
         assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
         assert await workflows.get_execution("wfx_1") is not None
     finally:
-        event.remove(Engine, "before_cursor_execute", count)
         await store.close()
 
 
