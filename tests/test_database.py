@@ -61,6 +61,7 @@ from agentstream.runtime.tools import Tool
 from agentstream.store import Store
 from agentstream.store.database import Database
 from agentstream.store.processes import ProcessStore
+from agentstream.store.runs import event_values
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import RunEventRow
 from agentstream.store.workflows import WorkflowStore
@@ -393,6 +394,24 @@ async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_on
         assert inserts == [*run_1, *the_group]
         assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
         assert await workflows.get_execution("wfx_1") is not None
+    finally:
+        await store.close()
+
+
+async def test_a_group_of_several_inserts_into_one_table_is_written_whole_or_not_at_all(
+    database_url: str,
+) -> None:
+    """Rows of one table that set their columns in another order are INSERTs of their own:
+    together in a transaction on PostgreSQL too, where a lone INSERT goes without one."""
+    store = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        new = event_values(StepStarted(run_id=run_id, seq=2, ts=0, step=1))
+        taken = event_values(StepStarted(run_id=run_id, seq=1, ts=0, step=1))  # seq 1 is there
+        with pytest.raises(IntegrityError):
+            await store.db.insert((RunEventRow, new), (RunEventRow, dict(reversed(taken.items()))))
+        assert [e.seq for e in await store.run_events(run_id)] == [1]
     finally:
         await store.close()
 

@@ -134,9 +134,9 @@ class Database:
     async def insert(self, *rows: NewRow | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).
 
-        One INSERT per table, in the order of the tables' foreign keys (``add``), so a row
-        may refer to a row of another table in the group (a run to its new session); None
-        stands for no row.
+        One INSERT per table and set of columns, in the order of the tables' foreign keys
+        (``add``), so a row may refer to a row of another table in the group (a run to its
+        new session); None stands for no row.
 
         Callers take turns to lead: one writes every row waiting, in one transaction, and
         each of those callers resumes as soon as it is done (waiting for a lock instead, they
@@ -218,12 +218,13 @@ class Database:
                 queued.outcome.set_result(True)
 
     async def _write_rows(self, inserts: list[tuple[NewRow | None, ...]]) -> None:
-        """Every row of ``inserts``, or none. Rows of one table (runs' events) are one INSERT;
-        on PostgreSQL it goes without a transaction around it, which saves two of the three
-        round trips of a run's persisted event: a lone ``INSERT``, or asyncpg's
-        ``executemany``, is all-or-nothing by itself."""
+        """Every row of ``inserts``, or none. Rows that make one INSERT (runs' events) go on
+        PostgreSQL without a transaction around it, which saves two of the three round trips
+        of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``, is
+        all-or-nothing by itself."""
         rows = [row for group in inserts for row in group if row is not None]
-        if len({table for table, _ in rows}) > 1 or self._autocommit is None:
+        statements = {(table, tuple(values)) for table, values in rows}  # as ``add`` makes
+        if len(statements) > 1 or self._autocommit is None:
             await self.transact(functools.partial(add, rows=rows))
         else:
             async with self._autocommit.connect() as connection:
