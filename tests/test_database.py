@@ -59,11 +59,11 @@ from agentstream.runtime.leases import SEAL_GAP, Leases
 from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.runtime.tools import Tool
 from agentstream.store import Store
-from agentstream.store.database import Database
+from agentstream.store.clock import now
+from agentstream.store.database import Database, NewRow, UnknownColumns
 from agentstream.store.processes import ProcessStore
-from agentstream.store.runs import event_values
 from agentstream.store.sqlite_file import SQLiteFile
-from agentstream.store.tables import RunEventRow
+from agentstream.store.tables import RunEventRow, RunRow, SessionRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
 
@@ -367,9 +367,10 @@ async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first
 async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_one_by_one(
     tmp_path: Path,
 ) -> None:
-    """An agent run and a workflow execution set different columns: in one group, each set
-    of columns is an INSERT of its own (one statement for both would take the first row's
-    columns, fail, and leave the group to be written again caller by caller)."""
+    """An agent run and a workflow execution set different columns: in one group, a run
+    whose row sets other columns than the one before is another INSERT (one statement for
+    all would take the first row's columns, fail, and leave the group to be written again
+    caller by caller)."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     workflows = WorkflowStore(store.db)
     execution = functools.partial(
@@ -390,7 +391,7 @@ async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_on
                 group.start_soon(execution)
                 group.start_soon(create_run, store, "run_3", "ses_3")
         run_1 = ["sessions", "runs", "run_events"]
-        the_group = ["sessions", "runs", "runs", "run_events"]  # the agent runs, the execution
+        the_group = ["sessions", "runs", "runs", "runs", "run_events"]  # runs in order
         assert inserts == [*run_1, *the_group]
         assert all([await store.get_run(f"run_{n}") for n in (1, 2, 3)])
         assert await workflows.get_execution("wfx_1") is not None
@@ -398,32 +399,55 @@ async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_on
         await store.close()
 
 
+def agent_run_row(run_id: str, **columns: Any) -> NewRow:
+    """An agent run's row, ended, in no session."""
+    common = {"status": "completed", "created_at": now(), "owner": OWNER}
+    return RunRow, {"id": run_id, "kind": "agent", "agent_id": "a", **common, **columns}
+
+
 async def test_a_group_of_several_inserts_into_one_table_is_written_whole_or_not_at_all(
     database_url: str,
 ) -> None:
-    """Rows of one table that set their columns in another order are INSERTs of their own:
-    together in a transaction on PostgreSQL too, where a lone INSERT goes without one."""
+    """An agent run's row and a workflow execution's are INSERTs of their own: together in
+    a transaction on PostgreSQL too, where a lone INSERT goes without one."""
     store = await Store.open(database_url)
-    run_id = f"run_{uuid.uuid4().hex}"
+    taken, new = f"run_{uuid.uuid4().hex}", f"run_{uuid.uuid4().hex}"
+    execution = {"id": taken, "kind": "workflow", "workflow_id": "f", "draft": True}
     try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        new = event_values(StepStarted(run_id=run_id, seq=2, ts=0, step=1))
-        taken = event_values(StepStarted(run_id=run_id, seq=1, ts=0, step=1))  # seq 1 is there
+        await store.db.insert(agent_run_row(taken))
         with pytest.raises(IntegrityError):
-            await store.db.insert((RunEventRow, new), (RunEventRow, dict(reversed(taken.items()))))
-        assert [e.seq for e in await store.run_events(run_id)] == [1]
+            await store.db.insert(
+                agent_run_row(new), (RunRow, execution | {"status": "failed", "created_at": now()})
+            )
+        assert (await store.runs.exists(taken), await store.runs.exists(new)) == (True, False)
     finally:
         await store.close()
 
 
-async def test_a_row_that_names_no_column_is_refused_not_written_without_it(
+async def test_a_row_that_names_no_column_is_refused_alone_and_none_of_its_callers_rows_go_in(
     tmp_path: Path,
 ) -> None:
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    refused: list[Exception] = []
+
+    async def insert_misnamed() -> None:
+        session = {"id": "ses_x", "agent_id": "a", "created_at": now()}
+        try:
+            await store.db.insert((SessionRow, session), agent_run_row("run_x", agent_versoin=1))
+        except UnknownColumns as error:
+            refused.append(error)
+
     try:
-        row = {"run_id": "run_0", "seq": 1, "type": "x", "ts": 0.0, "payload": {}, "sequence": 1}
-        with pytest.raises(ValueError, match="run_events has no column sequence"):
-            await store.db.insert((RunEventRow, row))
+        await create_run(store, "run_0", "ses_0")
+        await insert_misnamed()
+        async with anyio.create_task_group() as group:
+            group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
+            group.start_soon(insert_misnamed)  # the rest: one group
+            group.start_soon(create_run, store, "run_2", "ses_2")
+        assert [str(error) for error in refused] == ["runs has no column agent_versoin"] * 2
+        assert not await store.runs.exists("run_x")
+        assert await store.session_agent("ses_x") is None
+        assert all([await store.get_run(f"run_{n}") for n in (1, 2)])
     finally:
         await store.close()
 

@@ -134,11 +134,11 @@ class Database:
     async def insert(self, *rows: NewRow | None) -> None:
         """Insert ``rows`` together, with the rows that others wait to insert (group commit).
 
-        One INSERT per table and set of columns, in the order of the tables' foreign keys
-        (``add``), so a row may refer to a row of another table in the group (a run to its
-        new session); None stands for no row.
+        One INSERT per table (``_statements``), in the order of the tables' foreign keys, so
+        a row may refer to a row of another table in the group (a run to its new session);
+        None stands for no row.
 
-        Callers take turns to lead: one writes every row waiting, in one transaction, and
+        Callers take turns to lead: one writes every row waiting, all or nothing, and
         each of those callers resumes as soon as it is done (waiting for a lock instead, they
         would resume one an iteration of the event loop, each handing it to the next); then
         the next caller waiting, if one is, leads.
@@ -222,13 +222,12 @@ class Database:
         PostgreSQL without a transaction around it, which saves two of the three round trips
         of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``, is
         all-or-nothing by itself."""
-        rows = [row for group in inserts for row in group if row is not None]
-        statements = {(table, tuple(values)) for table, values in rows}  # as ``add`` makes
+        statements = _statements(row for group in inserts for row in group if row is not None)
         if len(statements) > 1 or self._autocommit is None:
-            await self.transact(functools.partial(add, rows=rows))
-        else:
+            await self.transact(functools.partial(_execute, statements=statements))
+        elif statements:
             async with self._autocommit.connect() as connection:
-                await connection.run_sync(add, rows)
+                await connection.run_sync(_execute, statements)
 
 
 _Row = TypeVar("_Row", bound=Base)
@@ -246,21 +245,37 @@ class _Queued:
 
 
 def add(connection: Connection, rows: Iterable[NewRow]) -> None:
-    """Insert new ``rows`` in one INSERT per table and set of columns, the tables a foreign
-    key refers to first (a session, then its runs, then their events), each table's rows in
-    their order: a statement, not a session's unit of work, which costs several times more
-    for rows that are only ever inserted. Rows that set other columns go in another INSERT
-    (an agent run's and a workflow execution's, written in one group): a statement over
-    several rows takes its columns from the first."""
-    by_statement: dict[tuple[type[Base], tuple[str, ...]], list[dict[str, Any]]] = {}
+    """Insert new ``rows``: a statement, not a session's unit of work, which costs several
+    times more for rows that are only ever inserted."""
+    _execute(connection, _statements(rows))
+
+
+_Statement = tuple[type[Base], list[dict[str, Any]]]
+"""One INSERT: a table and its rows, each setting the same columns."""
+
+
+def _statements(rows: Iterable[NewRow]) -> list[_Statement]:
+    """The INSERTs that write ``rows``: one per table, the tables a foreign key refers to
+    first (a session, then its runs, then their events), each table's rows in their order;
+    and another wherever a table's next row sets other columns (an agent run's and a
+    workflow execution's, written in one group), as a statement over several rows takes its
+    columns from the first. A name that is no column of its table is refused here, before
+    anything is written: the INSERT would leave its value out without a word."""
+    by_table: dict[type[Base], list[list[dict[str, Any]]]] = {}
     for table, values in rows:
-        by_statement.setdefault((table, tuple(values)), []).append(values)
-    for table, columns in sorted(by_statement, key=_dependency_order):
-        connection.execute(_insert_into(table, columns), by_statement[table, columns])
+        batches = by_table.setdefault(table, [])
+        if batches and batches[-1][-1].keys() == values.keys():
+            batches[-1].append(values)
+        else:
+            _check_columns(table, tuple(values))
+            batches.append([values])
+    ordered = sorted(by_table, key=_table_order)
+    return [(table, batch) for table in ordered for batch in by_table[table]]
 
 
-def _dependency_order(statement: tuple[type[Base], tuple[str, ...]]) -> int:
-    return _table_order(statement[0])
+def _execute(connection: Connection, statements: list[_Statement]) -> None:
+    for table, rows in statements:
+        connection.execute(_insert_into(table), rows)
 
 
 @functools.cache
@@ -269,14 +284,21 @@ def _table_order(table: type[Base]) -> int:
 
 
 @functools.cache
-def _insert_into(table: type[Base], columns: tuple[str, ...]) -> Insert:
-    """The table's INSERT, built once for the columns rows set: building it anew made every
-    statement cost half as much again (its cache key is computed again for each new
-    construct). A name that is no column of the table is refused here, the first time:
-    the INSERT would leave its value out without a word."""
-    if unknown := set(columns) - set(_columns(table)):
-        raise ValueError(f"{table.__tablename__} has no column {', '.join(sorted(unknown))}")
+def _insert_into(table: type[Base]) -> Insert:
+    """The table's INSERT, built once: building it anew made every statement cost half as
+    much again (its cache key is computed again for each new construct)."""
     return insert(Base.metadata.tables[table.__tablename__])
+
+
+class UnknownColumns(ValueError):
+    """A row to insert names what is no column of its table (a fault of that row alone)."""
+
+
+@functools.cache
+def _check_columns(table: type[Base], columns: tuple[str, ...]) -> None:
+    """Refuse a set of columns that the table lacks one of (accepted sets are kept)."""
+    if unknown := set(columns) - set(_columns(table)):
+        raise UnknownColumns(f"{table.__tablename__} has no column {', '.join(sorted(unknown))}")
 
 
 def _values(row: Base) -> dict[str, Any]:
@@ -295,7 +317,7 @@ def _a_rows_fault(exc: Exception) -> bool:
     """The database refused a row (a key, a constraint, a value), or a value could not be
     sent: rows written one by one, the others go in. Not a connection that failed or
     could not be had, where writing them one by one would only wait as long again."""
-    return isinstance(exc, IntegrityError | DataError) or (
+    return isinstance(exc, IntegrityError | DataError | UnknownColumns) or (
         isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)
     )
 
