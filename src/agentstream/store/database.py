@@ -39,7 +39,7 @@ from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
 from agentstream.telemetry.metrics import STORE_SECONDS
 
-__all__ = ["Database", "NewRow", "add"]
+__all__ = ["Database", "NewRow", "UnknownColumns", "add"]
 
 T = TypeVar("T")
 
