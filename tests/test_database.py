@@ -18,7 +18,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 from sqlalchemy import Engine, event, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentstream.agents import AgentSpec
 from agentstream.deployments import DeploymentSettings
@@ -63,7 +64,7 @@ from agentstream.store.clock import now
 from agentstream.store.database import Database, NewRow, UnknownColumns
 from agentstream.store.processes import ProcessStore
 from agentstream.store.sqlite_file import SQLiteFile
-from agentstream.store.tables import RunEventRow, RunRow, SessionRow
+from agentstream.store.tables import Base, RunEventRow, RunRow, SessionRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
 
@@ -450,6 +451,69 @@ async def test_a_row_that_names_no_column_is_refused_alone_and_none_of_its_calle
         assert all([await store.get_run(f"run_{n}") for n in (1, 2)])
     finally:
         await store.close()
+
+
+async def test_a_rows_values_go_in_as_its_columns_types_store_them_and_those_left_out_default(
+    database_url: str,
+) -> None:
+    """What a row leaves out takes its column's default (a run's token counts, 0), not
+    NULL; JSON, a time with its zone and a flag are stored as their column types say."""
+    store = await Store.open(database_url)
+    run_id, created = f"run_{uuid.uuid4().hex}", now()
+    given = {"input": {"text": "Grüße ☃", "n": [1, None]}, "reasoning_requested": True}
+    try:
+        await store.db.insert(agent_run_row(run_id, created_at=created, **given))
+        async with store.db.session() as db:
+            row = await db.get_one(RunRow, run_id)
+        assert (row.input, row.reasoning_requested) == (given["input"], True)
+        assert (row.input_tokens, row.output_tokens, row.cost_usd) == (0, 0, None)
+        assert row.created_at.replace(tzinfo=created.tzinfo) == created
+    finally:
+        await store.close()
+
+
+async def test_a_value_json_cannot_hold_is_refused_alone_and_its_callers_other_rows_stay_out(
+    database_url: str,
+) -> None:
+    """A value its column cannot take fails its caller's statement as the database's
+    refusal of a row does: the other callers of its group go in."""
+    store = await Store.open(database_url)
+    runs = [f"run_{uuid.uuid4().hex}" for _ in range(4)]
+    refused: list[Exception] = []
+
+    async def insert(run_id: str, **columns: Any) -> None:
+        try:
+            await store.db.insert(agent_run_row(run_id, **columns))
+        except StatementError as error:
+            refused.append(error)
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(insert, runs[0])  # goes at once, alone
+            group.start_soon(insert, runs[1])  # the rest: one group
+            group.start_soon(functools.partial(insert, runs[2], input={"at": object()}))
+            group.start_soon(insert, runs[3])
+        assert ["not JSON serializable" in str(error) for error in refused] == [True]
+        assert [await store.runs.exists(run_id) for run_id in runs] == [True, True, False, True]
+    finally:
+        await store.close()
+
+
+async def test_rows_go_in_through_a_driver_that_takes_parameters_by_name(tmp_path: Path) -> None:
+    """SQLite's driver takes ``:name`` parameters as well as ``?`` ones: rows are handed
+    to it by name where the dialect says so (PostgreSQL's psycopg takes them so)."""
+    engine = create_async_engine("sqlite+aiosqlite://", paramstyle="named")
+    database = Database(engine)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(Base.metadata.create_all)
+        await database.insert(agent_run_row("run_1", input={"n": 1}))
+        async with database.session() as db:
+            row = await db.get_one(RunRow, "run_1")
+        stored = (row.kind, row.status, row.agent_id, row.owner, row.input, row.input_tokens)
+        assert stored == ("agent", "completed", "a", OWNER, {"n": 1}, 0)
+    finally:
+        await engine.dispose()
 
 
 async def test_a_step_hands_the_store_its_calls_and_its_ending_at_once(tmp_path: Path) -> None:
