@@ -294,7 +294,7 @@ class _CompiledInsert:
     each row's parameters through the compiled statement's bookkeeping: a tenth of a run
     start's instructions, for the same SQL and the same values on the same driver call."""
 
-    __slots__ = ("_columns", "_positional", "_processors", "sql")
+    __slots__ = ("_defaults", "_names", "_positional", "_processors", "sql")
 
     def __init__(self, dialect: Dialect, table: type[Base], given: tuple[str, ...]) -> None:
         into = Base.metadata.tables[table.__tablename__]
@@ -307,36 +307,33 @@ class _CompiledInsert:
         compiled = insert(into).values(binds).compile(dialect=dialect)
         self.sql = compiled.string
         self._positional = compiled.positional
-        names = compiled.positiontup or list(binds)
-        self._columns = [
-            (name, None if name in given else columns[name].default.arg)  # type: ignore[union-attr]
-            for name in names
-        ]
-        """Each value's name and its default, in the SQL's order."""
+        self._names = tuple(compiled.positiontup or binds)
+        """The values' names, in the SQL's order."""
+        self._defaults = tuple(
+            None if name in given else columns[name].default.arg  # type: ignore[union-attr]
+            for name in self._names
+        )
         self._processors = [
             (i, processor)
-            for i, name in enumerate(names)
+            for i, name in enumerate(self._names)
             if (processor := columns[name].type.dialect_impl(dialect).bind_processor(dialect))
         ]
 
     def parameters(self, rows: list[dict[str, Any]]) -> list[Any]:
         """The rows' values for the driver's ``executemany``. A value its processor refuses
         (what JSON cannot hold) fails the statement as Core's would: a ``StatementError``."""
-        columns, processors = self._columns, self._processors
+        names, defaults, processors = self._names, self._defaults, self._processors
         parameters: list[Any] = []
         for row in rows:
-            values = [row.get(name, default) for name, default in columns]
+            values = list(map(row.get, names, defaults))  # no bytecode a column
             try:
                 for i, processor in processors:
                     values[i] = processor(values[i])
             except Exception as exc:
                 raise StatementError(str(exc), self.sql, row, exc) from exc
-            if self._positional:
-                parameters.append(tuple(values))
-            else:
-                parameters.append(
-                    {name: value for (name, _), value in zip(columns, values, strict=True)}
-                )
+            parameters.append(
+                tuple(values) if self._positional else dict(zip(names, values, strict=True))
+            )
         return parameters
 
 
