@@ -74,6 +74,27 @@ async def agent_or_404(svc: Services, agent_id: str) -> StoredAgent:
     return stored
 
 
+@router.post(
+    "/{agent_id}/run/stream",
+    response_class=Response,
+    responses={
+        **event_stream("Agent events", POST_FRAMING, NativeFrameAdapter, name="NativeFrame"),
+        **refusals(
+            {409: "The session has a run in progress, or one waiting for approval"}, STARTS_RUN
+        ),
+    },
+)
+async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
+    """Run the agent and stream its events. Disconnecting cancels the run."""
+    agent = await agent_or_404(svc, agent_id)
+    run = await svc.runs.start(
+        agent, body.message, session_id=body.session_id, reasoning=body.wants_reasoning
+    )
+    return stream_started(
+        svc.supervisor, run.run_id, native, keepalive=svc.settings.keepalive_seconds
+    )
+
+
 @router.get("")
 async def list_agents(svc: Svc) -> list[AgentOut]:
     return [_out(agent) for agent in await svc.store.list_agents()]
@@ -106,24 +127,3 @@ async def delete_agent(agent_id: str, svc: Svc) -> Response:
     if not await svc.store.delete_agent(agent_id):
         raise NotFound(f"No agent {agent_id!r}", field="agent_id")
     return Response(status_code=204)
-
-
-@router.post(
-    "/{agent_id}/run/stream",
-    response_class=Response,
-    responses={
-        **event_stream("Agent events", POST_FRAMING, NativeFrameAdapter, name="NativeFrame"),
-        **refusals(
-            {409: "The session has a run in progress, or one waiting for approval"}, STARTS_RUN
-        ),
-    },
-)
-async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
-    """Run the agent and stream its events. Disconnecting cancels the run."""
-    agent = await agent_or_404(svc, agent_id)
-    run = await svc.runs.start(
-        agent, body.message, session_id=body.session_id, reasoning=body.wants_reasoning
-    )
-    return stream_started(
-        svc.supervisor, run.run_id, native, keepalive=svc.settings.keepalive_seconds
-    )

@@ -238,57 +238,6 @@ async def _limit(
             raise too_many("Too many attempts; try again in {seconds} seconds", wait, field)
 
 
-@router.get("/{slug}")
-async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
-    """What the hosted page needs to render the chat. Until a visitor is signed in, only
-    the title and how to sign in: the greeting and settings are for invited people."""
-    deployment = await deployment_or_404(svc, slug)
-    s = deployment.settings
-    inside = await _has_access(svc, deployment, request)
-    return ChatInfo(
-        slug=s.slug,
-        title=s.title or _name(deployment) or s.slug,
-        greeting=s.greeting if inside else "",
-        accentColor=s.accent_color,
-        logoUrl=s.logo_url,
-        suggestedPrompts=s.suggested_prompts if inside else [],
-        access=s.access,
-        authenticated=inside,
-        includeThinking=s.include_thinking and inside,
-        includeToolCalls=s.include_tool_calls and inside,
-        includeCitations=s.include_citations and inside,
-    )
-
-
-class MarkdownIn(InputModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "**17 × 23** is `391`."}]})
-
-    text: str = Field(max_length=1_000_000)
-    """An answer's text, as far as it has come."""
-
-
-class MarkdownOut(BaseModel):
-    html: str
-    """The text as Markdown, rendered and sanitized: safe to set as a page's HTML."""
-
-
-@router.post("/{slug}/markdown", responses=refusals(NOT_SIGNED_IN))
-async def markdown(slug: str, body: MarkdownIn, request: Request, svc: Svc) -> MarkdownOut:
-    """The hosted page's renderer: an answer's text as HTML, for visitors of the chat."""
-    deployment = await deployment_or_404(svc, slug)
-    if not await _has_access(svc, deployment, request):
-        raise _not_signed_in(deployment.settings)
-    return MarkdownOut(html=render_markdown(body.text))
-
-
-def _name(deployment: StoredDeployment) -> str:
-    target = deployment.target
-    if isinstance(target, StoredAgent):
-        return target.spec.name
-    name = target.definition.get("name")
-    return name if isinstance(name, str) else ""
-
-
 @router.post(
     "/{slug}",
     response_class=Response,
@@ -357,6 +306,57 @@ async def chat(
             path="/",
         )
     return response
+
+
+@router.get("/{slug}")
+async def chat_info(slug: str, request: Request, svc: Svc) -> ChatInfo:
+    """What the hosted page needs to render the chat. Until a visitor is signed in, only
+    the title and how to sign in: the greeting and settings are for invited people."""
+    deployment = await deployment_or_404(svc, slug)
+    s = deployment.settings
+    inside = await _has_access(svc, deployment, request)
+    return ChatInfo(
+        slug=s.slug,
+        title=s.title or _name(deployment) or s.slug,
+        greeting=s.greeting if inside else "",
+        accentColor=s.accent_color,
+        logoUrl=s.logo_url,
+        suggestedPrompts=s.suggested_prompts if inside else [],
+        access=s.access,
+        authenticated=inside,
+        includeThinking=s.include_thinking and inside,
+        includeToolCalls=s.include_tool_calls and inside,
+        includeCitations=s.include_citations and inside,
+    )
+
+
+class MarkdownIn(InputModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "**17 × 23** is `391`."}]})
+
+    text: str = Field(max_length=1_000_000)
+    """An answer's text, as far as it has come."""
+
+
+class MarkdownOut(BaseModel):
+    html: str
+    """The text as Markdown, rendered and sanitized: safe to set as a page's HTML."""
+
+
+@router.post("/{slug}/markdown", responses=refusals(NOT_SIGNED_IN))
+async def markdown(slug: str, body: MarkdownIn, request: Request, svc: Svc) -> MarkdownOut:
+    """The hosted page's renderer: an answer's text as HTML, for visitors of the chat."""
+    deployment = await deployment_or_404(svc, slug)
+    if not await _has_access(svc, deployment, request):
+        raise _not_signed_in(deployment.settings)
+    return MarkdownOut(html=render_markdown(body.text))
+
+
+def _name(deployment: StoredDeployment) -> str:
+    target = deployment.target
+    if isinstance(target, StoredAgent):
+        return target.spec.name
+    name = target.definition.get("name")
+    return name if isinstance(name, str) else ""
 
 
 async def _stream(

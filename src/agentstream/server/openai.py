@@ -186,17 +186,6 @@ def _model(agent: StoredAgent) -> Model:
     return Model(id=agent.spec.id, created=int(agent.created_at.timestamp()))
 
 
-@router.get("/models")
-async def list_models(svc: Svc) -> ModelList:
-    """The agents, as models: ``model`` in a request is an agent's id."""
-    return ModelList(data=[_model(agent) for agent in await svc.store.list_agents()])
-
-
-@router.get("/models/{model}")
-async def get_model(model: str, svc: Svc) -> Model:
-    return _model(await _agent(svc, model))
-
-
 async def _agent(svc: Services, model: str) -> StoredAgent:
     agent = await svc.store.get_agent(model)
     if agent is None:
@@ -272,6 +261,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, svc: S
             status_code = FAILED_STATUS[status]
             return JSONResponse(chat_error(message, status), status_code, headers=NO_RETRY)
     raise AssertionError(f"run {run.run_id} ended with {events[-1]!r}")
+
+
+@router.get("/models")
+async def list_models(svc: Svc) -> ModelList:
+    """The agents, as models: ``model`` in a request is an agent's id."""
+    return ModelList(data=[_model(agent) for agent in await svc.store.list_agents()])
+
+
+@router.get("/models/{model}")
+async def get_model(model: str, svc: Svc) -> Model:
+    return _model(await _agent(svc, model))
 
 
 async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event]:
