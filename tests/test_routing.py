@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
+from agentstream.server import agents, chat, openai
 from agentstream.server.routing import Router
 from fakes.server import run_app
 
@@ -75,3 +76,18 @@ def test_a_request_is_matched_only_against_the_routers_its_path_lies_in(
     nested.include_router(second, prefix="/v2")  # served under another prefix too
     with run_app(nested, name="The app") as url, httpx.Client(base_url=url) as client:
         assert client.get("/v2/api/second/b").json() == {"second": "b"}
+
+
+@pytest.mark.parametrize(
+    ("router", "path"),
+    [
+        (agents.router, "/api/agents/{agent_id}/run/stream"),
+        (chat.router, "/api/chat/{slug}"),
+        (openai.router, "/v1/chat/completions"),
+    ],
+)
+def test_the_routes_that_start_runs_come_first_in_their_routers(router: Router, path: str) -> None:
+    """FastAPI matches a request twice against each route before its own in its router."""
+    first = router.routes[0]
+    assert isinstance(first, APIRoute)
+    assert (first.path, first.methods) == (path, {"POST"})
