@@ -9,15 +9,16 @@ import itertools
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Connection, Engine, event, insert, select
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -61,10 +62,10 @@ from agentstream.runtime.supervisor import Stopped, Supervisor
 from agentstream.runtime.tools import Tool
 from agentstream.store import Store
 from agentstream.store.clock import now
-from agentstream.store.database import Database, NewRow, UnknownColumns
+from agentstream.store.database import Database, NewRow, UnknownColumns, add
 from agentstream.store.processes import ProcessStore
 from agentstream.store.sqlite_file import SQLiteFile
-from agentstream.store.tables import Base, RunEventRow, RunRow, SessionRow
+from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
 
@@ -453,48 +454,108 @@ async def test_a_row_that_names_no_column_is_refused_alone_and_none_of_its_calle
         await store.close()
 
 
-async def test_a_rows_values_go_in_as_its_columns_types_store_them_and_those_left_out_default(
+async def test_rows_go_to_the_driver_with_the_sql_and_values_a_core_insert_of_them_sends(
     database_url: str,
 ) -> None:
-    """What a row leaves out takes its column's default (a run's token counts, 0), not
-    NULL; JSON, a time with its zone and a flag are stored as their column types say."""
+    """Two sessions, two runs (JSON, a time with its zone, a flag, a float, columns left to
+    their defaults), their events and messages (whose keys the database makes), inserted by
+    ``add`` and by Core's ``insert``: the same statements and parameters, of the same types,
+    reach the driver."""
     store = await Store.open(database_url)
-    run_id, created = f"run_{uuid.uuid4().hex}", now()
-    given = {"input": {"text": "Grüße ☃", "n": [1, None]}, "reasoning_requested": True}
+    ids = [uuid.uuid4().hex for _ in range(2)]
+    at = datetime(2026, 12, 6, 9, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2)))
+    message: dict[str, Any] = {
+        "role": "user",
+        "content": "hi",
+        "tool_calls": [],
+        "provider_state": None,
+    }
+    tables: list[list[NewRow]] = [
+        [(SessionRow, {"id": f"ses_{n}", "agent_id": "a", "created_at": at}) for n in ids],
+        [
+            agent_run_row(
+                f"run_{n}",
+                session_id=f"ses_{n}",
+                created_at=at,
+                input={"text": "Grüße ☃", "n": [1.5, None]},
+                reasoning_requested=True,
+                cost_usd=0.25,
+            )
+            for n in ids
+        ],
+        [
+            (
+                RunEventRow,
+                {"run_id": f"run_{n}", "seq": 1, "type": "start", "ts": 1.5, "payload": {}},
+            )
+            for n in ids
+        ],
+        [  # a key the database makes
+            (MessageRow, {"session_id": f"ses_{n}", "run_id": f"run_{n}", **message}) for n in ids
+        ],
+    ]
+
+    def sent(connection: Connection, write: Callable[[Connection], object]) -> list[Any]:
+        statements: list[tuple[str, Any]] = []
+
+        def record(_: Any, _cursor: Any, statement: str, parameters: Any, *__: Any) -> None:
+            statements.append((statement, parameters))
+
+        event.listen(connection, "before_cursor_execute", record)
+        try:
+            write(connection)
+        finally:
+            event.remove(connection, "before_cursor_execute", record)
+            connection.rollback()
+        return statements
+
+    def by_core(connection: Connection) -> None:
+        for rows in tables:
+            table = Base.metadata.tables[rows[0][0].__tablename__]
+            connection.execute(insert(table), [values for _, values in rows])
+
+    every_row = [row for rows in tables for row in rows]
+
     try:
-        await store.db.insert(agent_run_row(run_id, created_at=created, **given))
-        async with store.db.session() as db:
-            row = await db.get_one(RunRow, run_id)
-        assert (row.input, row.reasoning_requested) == (given["input"], True)
-        assert (row.input_tokens, row.output_tokens, row.cost_usd) == (0, 0, None)
-        assert row.created_at.replace(tzinfo=created.tzinfo) == created
+        async with store.db.engine.connect() as connection:
+            core = await connection.run_sync(sent, by_core)
+            ours = await connection.run_sync(sent, functools.partial(add, rows=every_row))
+        tables_written = sorted(statement.split()[2] for statement, _ in core)
+        assert tables_written == ["messages", "run_events", "runs", "sessions"]
+        assert sorted(map(repr, ours)) == sorted(map(repr, core))  # in the order of their keys
     finally:
         await store.close()
 
 
 async def test_a_value_json_cannot_hold_is_refused_alone_and_its_callers_other_rows_stay_out(
-    database_url: str,
+    database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A value its column cannot take fails its caller's statement as the database's
-    refusal of a row does: the other callers of its group go in."""
+    refusal of a row does: none of that caller's rows go in (its run's session neither),
+    the other callers of its group do."""
     store = await Store.open(database_url)
-    runs = [f"run_{uuid.uuid4().hex}" for _ in range(4)]
+    ids = [uuid.uuid4().hex for _ in range(4)]
     refused: list[Exception] = []
 
-    async def insert(run_id: str, **columns: Any) -> None:
+    async def insert(n: str, **columns: Any) -> None:
+        session = {"id": f"ses_{n}", "agent_id": "a", "created_at": now()}
+        run = agent_run_row(f"run_{n}", session_id=f"ses_{n}", **columns)
         try:
-            await store.db.insert(agent_run_row(run_id, **columns))
+            await store.db.insert((SessionRow, session), run)
         except StatementError as error:
             refused.append(error)
 
     try:
+        groups = _groups_written(monkeypatch)
         async with anyio.create_task_group() as group:
-            group.start_soon(insert, runs[0])  # goes at once, alone
-            group.start_soon(insert, runs[1])  # the rest: one group
-            group.start_soon(functools.partial(insert, runs[2], input={"at": object()}))
-            group.start_soon(insert, runs[3])
+            group.start_soon(insert, ids[0])  # goes at once, alone
+            group.start_soon(insert, ids[1])  # the rest: one group
+            group.start_soon(functools.partial(insert, ids[2], input={"at": object()}))
+            group.start_soon(insert, ids[3])
+        assert groups[:2] == [1, 3], "then the group's callers one by one"
         assert ["not JSON serializable" in str(error) for error in refused] == [True]
-        assert [await store.runs.exists(run_id) for run_id in runs] == [True, True, False, True]
+        assert [await store.runs.exists(f"run_{n}") for n in ids] == [True, True, False, True]
+        assert [await store.session_agent(f"ses_{n}") for n in ids] == ["a", "a", None, "a"]
     finally:
         await store.close()
 

@@ -38,7 +38,8 @@ class Router(APIRouter):
         return super().matches(scope)
 
     def _route_starts(self) -> re.Pattern[str]:
-        """Any of the routes' fixed starts, made again whenever routes were added."""
+        """Any of the routes' fixed starts, made again when the number of routes changed (the
+        app's routes are all added before it serves)."""
         if self._starts is None or self._starts[0] != len(self.routes):
             starts = {getattr(route, "path", "").partition("{")[0] for route in self.routes}
             pattern = re.compile("|".join(map(re.escape, sorted(starts))))

@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
@@ -276,7 +277,7 @@ def _statements(rows: Iterable[NewRow]) -> list[_Statement]:
 def _execute(connection: Connection, statements: list[_Statement]) -> None:
     for table, rows in statements:
         compiled = _compiled_insert(connection.dialect, table, tuple(rows[0]))
-        connection.exec_driver_sql(compiled.sql, compiled.parameters(rows))
+        connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, connection))
 
 
 @functools.cache
@@ -290,58 +291,80 @@ class _CompiledInsert:
     paramstyle, SQLite's and asyncpg's), each through its column type's bind processor (JSON
     to text; a datetime to SQLite's text), a column the row leaves out at its default.
 
-    Executing a Core ``insert`` instead looks its compiled form up by cache key and builds
-    each row's parameters through the compiled statement's bookkeeping: a tenth of a run
-    start's instructions, for the same SQL and the same values on the same driver call."""
+    The SQL and the values are those Core sends the driver's ``executemany`` for an
+    ``insert`` of the same rows (no ``RETURNING``: nothing reads the new keys). Executing
+    Core's ``insert`` instead looks its compiled form up by cache key and builds each row's
+    parameters through the compiled statement's bookkeeping: a tenth of a run start's
+    instructions."""
 
-    __slots__ = ("_defaults", "_names", "_positional", "_processors", "sql")
+    __slots__ = ("_defaults", "_keys", "_names", "_positional", "_processors", "sql")
 
     def __init__(self, dialect: Dialect, table: type[Base], given: tuple[str, ...]) -> None:
         into = Base.metadata.tables[table.__tablename__]
         columns = into.columns
-        defaulted = [c.name for c in columns if c.name not in given and c.default is not None]
-        for name in defaulted:
-            if not columns[name].default.is_scalar:  # type: ignore[union-attr]
-                raise TypeError(f"{table.__tablename__}.{name}: a default that is not a value")
-        binds = {name: bindparam(name, type_=columns[name].type) for name in (*given, *defaulted)}
-        compiled = insert(into).values(binds).compile(dialect=dialect)
+        defaulted = [c.key for c in columns if c.key not in given and c.default is not None]
+        for key in defaulted:
+            if not columns[key].default.is_scalar:  # type: ignore[union-attr]
+                raise TypeError(f"{into.name}.{key}: a default that is not a value")
+        binds = {key: bindparam(key, type_=columns[key].type) for key in (*given, *defaulted)}
+        compiled = insert(into).inline().values(binds).compile(dialect=dialect)
         self.sql = compiled.string
         self._positional = compiled.positional
-        self._names = tuple(compiled.positiontup or binds)
-        """The values' names, in the SQL's order."""
+        self._keys = tuple(compiled.positiontup or binds)
+        """The values' columns, in the SQL's order."""
+        self._names = tuple(compiled.escaped_bind_names.get(key, key) for key in self._keys)
+        """Their parameters' names in the SQL, for a paramstyle that takes them by name."""
         self._defaults = tuple(
-            None if name in given else columns[name].default.arg  # type: ignore[union-attr]
-            for name in self._names
+            None if key in given else columns[key].default.arg  # type: ignore[union-attr]
+            for key in self._keys
         )
         self._processors = [
             (i, processor)
-            for i, name in enumerate(self._names)
-            if (processor := columns[name].type.dialect_impl(dialect).bind_processor(dialect))
+            for i, key in enumerate(self._keys)
+            if (processor := columns[key].type.dialect_impl(dialect).bind_processor(dialect))
         ]
 
-    def parameters(self, rows: list[dict[str, Any]]) -> list[Any]:
+    def parameters(self, rows: list[dict[str, Any]], connection: Connection) -> list[Any]:
         """The rows' values for the driver's ``executemany``. A value its processor refuses
-        (what JSON cannot hold) fails the statement as Core's would: a ``StatementError``."""
-        names, defaults, processors = self._names, self._defaults, self._processors
+        (what JSON cannot hold) fails the statement as in Core: a ``StatementError``."""
+        keys, defaults, processors = self._keys, self._defaults, self._processors
         parameters: list[Any] = []
         for row in rows:
-            values = list(map(row.get, names, defaults))  # no bytecode a column
+            values = list(map(row.get, keys, defaults))  # no bytecode a column
             try:
                 for i, processor in processors:
                     values[i] = processor(values[i])
             except Exception as exc:
-                raise StatementError(str(exc), self.sql, row, exc) from exc
+                raise DBAPIError.instance(
+                    self.sql,
+                    row,
+                    exc,
+                    connection.dialect.loaded_dbapi.Error,
+                    hide_parameters=connection.engine.hide_parameters,
+                    dialect=connection.dialect,
+                    ismulti=False,
+                ) from exc
             parameters.append(
-                tuple(values) if self._positional else dict(zip(names, values, strict=True))
+                tuple(values) if self._positional else dict(zip(self._names, values, strict=True))
             )
         return parameters
 
 
-@functools.cache
+_COMPILED_INSERTS: WeakKeyDictionary[
+    Dialect, dict[tuple[type[Base], tuple[str, ...]], _CompiledInsert]
+]
+_COMPILED_INSERTS = WeakKeyDictionary()
+"""By dialect (one an engine), for as long as its engine is in use."""
+
+
 def _compiled_insert(
     dialect: Dialect, table: type[Base], given: tuple[str, ...]
 ) -> _CompiledInsert:
-    return _CompiledInsert(dialect, table, given)
+    compiled = _COMPILED_INSERTS.setdefault(dialect, {})
+    key = (table, given)
+    if key not in compiled:
+        compiled[key] = _CompiledInsert(dialect, table, given)
+    return compiled[key]
 
 
 class UnknownColumns(ValueError):
