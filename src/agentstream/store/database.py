@@ -350,21 +350,21 @@ class _CompiledInsert:
         return parameters
 
 
-_COMPILED_INSERTS: WeakKeyDictionary[
-    Dialect, dict[tuple[type[Base], tuple[str, ...]], _CompiledInsert]
-]
-_COMPILED_INSERTS = WeakKeyDictionary()
+_Inserts = dict[tuple[type[Base], tuple[str, ...]], _CompiledInsert]
+"""A dialect's compiled inserts, by table and the columns the rows give."""
+
+_COMPILED_INSERTS: WeakKeyDictionary[Dialect, _Inserts] = WeakKeyDictionary()
 """By dialect (one an engine), for as long as its engine is in use."""
 
 
 def _compiled_insert(
     dialect: Dialect, table: type[Base], given: tuple[str, ...]
 ) -> _CompiledInsert:
-    compiled = _COMPILED_INSERTS.setdefault(dialect, {})
+    inserts = _COMPILED_INSERTS.setdefault(dialect, {})
     key = (table, given)
-    if key not in compiled:
-        compiled[key] = _CompiledInsert(dialect, table, given)
-    return compiled[key]
+    if key not in inserts:
+        inserts[key] = _CompiledInsert(dialect, table, given)
+    return inserts[key]
 
 
 class UnknownColumns(ValueError):
