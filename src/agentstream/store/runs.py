@@ -25,7 +25,7 @@ from agentstream.store.database import Database, NewRow, add
 from agentstream.store.paging import Page, newest_first
 from agentstream.store.tables import MessageRow, RunEventRow, RunRow, SessionRow
 
-__all__ = ["RunKind", "RunQuery", "RunStore", "event_row", "event_values", "stored_events"]
+__all__ = ["RunKind", "RunQuery", "RunStore", "event_values", "stored_events"]
 
 logger = logging.getLogger(__name__)
 
