@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from itertools import groupby
 from typing import Protocol, cast
 
-from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token
+from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token, token
 
 __all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription", "Take"]
 
@@ -127,13 +127,14 @@ class _Deltas:
         for i in range(start, len(self)):
             begin, end = end, end + self.lengths[i]
             events.append(
-                self.kind(
-                    run_id=self.run_id,
-                    seq=self.first_seq + i,
-                    ts=self.times[i],
-                    block_id=self.block_id,
-                    step=self.step,
-                    delta=self.text[begin:end],
+                token(
+                    self.kind,
+                    self.run_id,
+                    self.first_seq + i,
+                    self.times[i],
+                    self.block_id,
+                    self.step,
+                    self.text[begin:end],
                 )
             )
         return events

@@ -20,7 +20,7 @@ from typing import TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token
+from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token, token
 
 __all__ = [
     "PACKED",
@@ -165,14 +165,7 @@ def packed_events(payload: bytes) -> list[Event]:
     pack = _read(_PACKS, payload)
     kind, seq = _KINDS[pack.type], pack.seq
     return [
-        kind(
-            run_id=pack.run_id,
-            seq=seq + i,
-            ts=ts,
-            block_id=pack.block_id,
-            step=pack.step,
-            delta=delta,
-        )
+        token(kind, pack.run_id, seq + i, ts, pack.block_id, pack.step, delta)
         for i, (ts, delta) in enumerate(zip(pack.ts, pack.deltas, strict=True))
     ]
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Emitted, RunFailed, TextDelta, Token, Usage
+from agentstream.events import BaseEvent, Emitted, RunFailed, TextDelta, Token, Usage, token
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -181,18 +181,8 @@ class RunContext:
             fields = {"separator": separator} if kind is TextDelta else {}
             return self.emit(kind, step=step, delta=delta, **fields)
         self._seq += 1
-        if kind is TextDelta:
-            token: Token = TextDelta(
-                run_id=self.run_id,
-                seq=self._seq,
-                ts=time.time(),
-                step=step,
-                delta=delta,
-                separator=separator,
-            )
-        else:
-            token = kind(run_id=self.run_id, seq=self._seq, ts=time.time(), step=step, delta=delta)
-        self._log.append(token)
+        made = token(kind, self.run_id, self._seq, time.time(), None, step, delta, separator)
+        self._log.append(made)
         return None
 
     async def emit(self, kind: type[E], /, **fields: Any) -> E:
