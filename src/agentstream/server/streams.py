@@ -357,5 +357,5 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     for event in events:
         for data in render(event):
             text = data if type(data) is JSONText else to_json(data)
-            frames.append(f"id: {event.seq}\ndata: {text}\n\n" if ids else f"data: {text}\n\n")
+            frames.append(f"id: {event.seq}\ndata: " + text + "\n\n" if ids else "data: " + text + "\n\n")
     return "".join(frames).encode()
