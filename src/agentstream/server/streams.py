@@ -357,5 +357,6 @@ def encode_events(events: Iterable[Event], render: Render, *, ids: bool = False)
     for event in events:
         for data in render(event):
             text = data if type(data) is JSONText else to_json(data)
-            frames.append(f"id: {event.seq}\ndata: " + text + "\n\n" if ids else "data: " + text + "\n\n")
+            line = "data: " + text + "\n\n"  # an f-string formats a JSONText by __format__
+            frames.append(f"id: {event.seq}\n" + line if ids else line)
     return "".join(frames).encode()
