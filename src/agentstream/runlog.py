@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from itertools import groupby
 from typing import Protocol, cast
 
-from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token, token
+from agentstream.events import BaseEvent, Event, ReasoningDelta, TextDelta, Token, make_token
 
 __all__ = ["LogSubscription", "Mirror", "RunLog", "Subscription", "Take"]
 
@@ -127,7 +127,7 @@ class _Deltas:
         for i in range(start, len(self)):
             begin, end = end, end + self.lengths[i]
             events.append(
-                token(
+                make_token(
                     self.kind,
                     self.run_id,
                     self.first_seq + i,

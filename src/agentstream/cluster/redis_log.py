@@ -38,7 +38,6 @@ from redis.exceptions import RedisError
 
 from agentstream import telemetry
 from agentstream.cluster.wire import (
-    PACKED,
     Pack,
     event_of,
     events_json,
@@ -46,7 +45,7 @@ from agentstream.cluster.wire import (
     packed_first_seq,
     packs_json,
 )
-from agentstream.events import Event, TextDelta, Token
+from agentstream.events import TOKEN_TYPES, Event, TextDelta, Token
 from agentstream.runlog import Take
 
 __all__ = ["Entry", "RedisLog", "RedisSubscription"]
@@ -294,7 +293,7 @@ class RedisLog:
             token: Any = change  # read as a token only where it is one
             if (
                 type(last) is Pack
-                and last.type is PACKED.get(type(token))
+                and last.type is TOKEN_TYPES.get(type(token))
                 and last.seq + len(last.ts) == token.seq  # no hole: an event not written
                 and last.block_id == token.block_id
                 and last.step == token.step
@@ -302,7 +301,7 @@ class RedisLog:
             ):
                 last.ts.append(token.ts)
                 last.deltas.append(token.delta)
-            elif type(token) is type(last) and type(token) in PACKED and _go_on(last, token):
+            elif type(token) is type(last) and type(token) in TOKEN_TYPES and _go_on(last, token):
                 pending[-1] = last = Pack.of(last)
                 last.ts.append(token.ts)
                 last.deltas.append(token.delta)

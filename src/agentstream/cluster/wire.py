@@ -20,10 +20,9 @@ from typing import TypeVar
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from agentstream.events import Event, EventAdapter, ReasoningDelta, TextDelta, Token, token
+from agentstream.events import TOKEN_TYPES, Event, EventAdapter, Token, make_token
 
 __all__ = [
-    "PACKED",
     "Pack",
     "event_of",
     "events_json",
@@ -89,10 +88,6 @@ def _read(adapter: TypeAdapter[T], payload: bytes) -> T:
         return adapter.validate_python(json.loads(payload))
 
 
-PACKED: dict[type[Token], str] = {TextDelta: "text_delta", ReasoningDelta: "reasoning_delta"}
-"""The kinds of event whose runs of consecutive ones go packed: a run's tokens."""
-
-
 @dataclass(slots=True)
 class Pack:
     """A run's consecutive tokens of one kind, block and step, none with a separator, as
@@ -118,7 +113,7 @@ class Pack:
     def of(cls, token: Token) -> Pack:
         """A pack of ``token`` alone (one with no separator), for more to join."""
         return cls(
-            PACKED[type(token)],
+            TOKEN_TYPES[type(token)],
             token.run_id,
             token.seq,
             token.block_id,
@@ -141,7 +136,7 @@ class Pack:
 
 
 _PACKS = TypeAdapter(Pack)
-_KINDS = {name: kind for kind, name in PACKED.items()}
+_KINDS = {name: kind for kind, name in TOKEN_TYPES.items()}
 
 
 def packs_json(packs: list[Pack]) -> list[bytes]:
@@ -165,7 +160,7 @@ def packed_events(payload: bytes) -> list[Event]:
     pack = _read(_PACKS, payload)
     kind, seq = _KINDS[pack.type], pack.seq
     return [
-        token(kind, pack.run_id, seq + i, ts, pack.block_id, pack.step, delta)
+        make_token(kind, pack.run_id, seq + i, ts, pack.block_id, pack.step, delta)
         for i, (ts, delta) in enumerate(zip(pack.ts, pack.deltas, strict=True))
     ]
 

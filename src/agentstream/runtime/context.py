@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from agentstream.events import BaseEvent, Emitted, RunFailed, TextDelta, Token, Usage, token
+from agentstream.events import BaseEvent, Emitted, RunFailed, TextDelta, Token, Usage, make_token
 from agentstream.providers.catalog import ModelInfo
 from agentstream.runlog import RunLog
 from agentstream.runtime.ports import EventStore
@@ -181,8 +181,9 @@ class RunContext:
             fields = {"separator": separator} if kind is TextDelta else {}
             return self.emit(kind, step=step, delta=delta, **fields)
         self._seq += 1
-        made = token(kind, self.run_id, self._seq, time.time(), None, step, delta, separator)
-        self._log.append(made)
+        self._log.append(
+            make_token(kind, self.run_id, self._seq, time.time(), None, step, delta, separator)
+        )
         return None
 
     async def emit(self, kind: type[E], /, **fields: Any) -> E:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from contextvars import Context, copy_context
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentstream import sse
 from agentstream.telemetry.metrics import LIVE_STREAMS
@@ -96,9 +96,9 @@ class EventStreamResponse(Response):
         self._on_disconnect = on_disconnect
         self._on_end = on_end
         self._last_sent = 0.0
-        self._send: Callable[[Message], Coroutine[Any, Any, None]] | None = None
+        self._send: Send | None = None
         """The server's ``send``, where frames are written through to it."""
-        self._unfinished: tuple[Coroutine[Any, Any, None], object] | Exception | None = None
+        self._unfinished: tuple[Generator[Any, Any, None], object] | Exception | None = None
         """A frame written through whose send did not finish in the run's task: the send and
         what it waits on, or what it raised."""
         self.status_code = 200
@@ -142,7 +142,7 @@ class EventStreamResponse(Response):
             over = False
             frames = self._frames
             if frames is not None and _sends_in_any_task(send):
-                self._send = cast(Callable[[Message], Coroutine[Any, Any, None]], send)
+                self._send = send
                 frames.write_through(self._write_now)
             watcher = asyncio.create_task(self._watch(receive, send, leave))
             try:
@@ -182,10 +182,11 @@ class EventStreamResponse(Response):
         assert self._send is not None
         self._last_sent = time.monotonic()
         try:
-            sending = self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            message = {"type": "http.response.body", "body": chunk, "more_body": True}
+            sending = self._send(message).__await__()
             # Stepped by ``for``, a send that goes out at once ends the loop; by ``send``, it
             # raised a StopIteration, made and caught: 1,300 of a paced token's instructions.
-            for waiting_on in sending.__await__():
+            for waiting_on in sending:
                 self._unfinished = (sending, waiting_on)
                 return False
         except Exception as error:  # raised in the response's task, not in the run's
@@ -240,8 +241,8 @@ def _sends_in_any_task(send: Send) -> bool:
 
 
 @types.coroutine
-def _go_on(sending: Coroutine[Any, Any, None], waiting_on: object) -> Generator[Any, Any, None]:
-    """Finish ``sending``, a coroutine that another task started and that waits on
+def _go_on(sending: Generator[Any, Any, None], waiting_on: object) -> Generator[Any, Any, None]:
+    """Finish ``sending``, an awaitable's steps that another task started and that wait on
     ``waiting_on``: what ``await`` would have gone on doing in that task (a cancel is thrown
     into it)."""
     while True:
