@@ -46,8 +46,13 @@ SYSTEMS = {
     "cluster, 2 processes": (2, True),
 }
 """Each system measured: its processes, and whether they are a cluster."""
-STEPS = (50, 75, 100, 125, 150, 200, 250, 300, 350, 400, 500, 600, 700, 850, 1000)
-"""Finer than scenario 2's: the target (two processes hold 1.7x what one holds) is a ratio."""
+STEPS = (
+    *(50, 75, 100, 125, 150, 200, 250, 300, 350, 400, 500, 600, 700, 850, 1000),
+    *(1250, 1500, 1750, 2000, 2500, 3000),
+)
+"""Finer than scenario 2's: the target (two processes hold 1.7x what one holds) is a ratio.
+Past 1,000, as far as two processes may hold: ending there, a run where one process held
+1,000 told nothing of two."""
 QUICK_STEPS = (25, 50)
 TARGET_RATIO = 1.7
 FOLLOW_TOKENS = 2_000
