@@ -4,6 +4,7 @@ workflow executions share."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import sqlite3
@@ -263,7 +264,10 @@ async def test_the_wal_is_checkpointed_by_the_files_thread_alone(
     """The connection that writes on the loop never checkpoints (a checkpoint syncs the
     file): with no checkpoint from the file's thread, 600 writes leave the WAL past the
     1,000 pages where SQLite's own would start it over. The thread checkpoints every
-    ``CHECKPOINT_EVERY`` writes and starts the WAL over, so it stays small."""
+    ``CHECKPOINT_EVERY`` writes and starts the WAL over, so it stays small. Measured once
+    the thread has done the checkpoints asked of it (on a busy machine it runs behind the
+    loop's writes), with room for a few in a row that found a write in progress and could
+    not start it over (in one CI run, 284 pages)."""
     monkeypatch.setattr(SQLiteFile, "CHECKPOINT_EVERY", every)
     checkpoints = 0
     checkpoint = SQLiteFile._checkpoint
@@ -280,13 +284,16 @@ async def test_the_wal_is_checkpointed_by_the_files_thread_alone(
         await create_run(store, "run_1", "ses_1")
         for seq in range(2, 602):
             await store.append_events(StepStarted(run_id="run_1", seq=seq, ts=0.0, step=1))
+        file = store.db._file
+        assert file is not None
+        await asyncio.get_running_loop().run_in_executor(file._thread, lambda: None)
         with closing(sqlite3.connect(path)) as db:
             (_, frames, _) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     finally:
         await store.close()
     if every == 10:
         assert checkpoints >= 60
-        assert frames < 200, "600 commits of two pages or more each, and the WAL started over"
+        assert frames < 500, "600 commits of two pages or more each, and the WAL started over"
     else:
         assert checkpoints == 0
         assert frames > 1_000, "the loop's connection checkpointed by itself"
