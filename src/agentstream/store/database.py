@@ -30,12 +30,14 @@ from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
-from sqlalchemy import Connection, Dialect, bindparam, event, insert, inspect
+from sqlalchemy import Connection, Dialect, Engine, bindparam, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.pool import QueuePool
 
+from agentstream.store.one_statement import OneStatement
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
 from agentstream.telemetry.metrics import STORE_SECONDS
@@ -75,6 +77,12 @@ class Database:
         ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
         if engine.dialect.name == "postgresql":
             self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._one_statement: OneStatement | None = None
+        """On PostgreSQL through asyncpg, where ``insert`` writes its groups, on one of the
+        pool's connections (if it has more than one: it holds it)."""
+        pool = engine.sync_engine.pool
+        if engine.dialect.driver == "asyncpg" and isinstance(pool, QueuePool) and pool.size() > 1:
+            self._one_statement = OneStatement(engine)
         self._file: SQLiteFile | None = None
         """The same SQLite file through the standard library's driver, for ``read`` and
         ``transact``."""
@@ -87,6 +95,8 @@ class Database:
                 event.listen(timed, "handle_error", _failed)
 
     async def close(self) -> None:
+        if self._one_statement is not None:  # its connection back to the pool, disposed below
+            await self._one_statement.close()
         await self.engine.dispose()
         if self._file is not None:
             await self._file.close()
@@ -222,8 +232,20 @@ class Database:
         """Every row of ``inserts``, or none. Rows that make one INSERT (runs' events) go on
         PostgreSQL without a transaction around it, which saves two of the three round trips
         of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``, is
-        all-or-nothing by itself."""
+        all-or-nothing by itself. On asyncpg they go as one statement (``OneStatement``),
+        and this way only if that raised."""
         statements = _statements(row for group in inserts for row in group if row is not None)
+        if self._one_statement is not None and statements:
+            shape = tuple(
+                _compiled_insert(self.engine.dialect, t, tuple(r[0])) for t, r in statements
+            )
+            engine = self.engine.sync_engine
+            values = [
+                compiled.parameters(rows, engine)
+                for compiled, (_, rows) in zip(shape, statements, strict=True)
+            ]
+            if await self._one_statement.insert(shape, values):
+                return
         if len(statements) > 1 or self._autocommit is None:
             await self.transact(functools.partial(_execute, statements=statements))
         elif statements:
@@ -277,7 +299,7 @@ def _statements(rows: Iterable[NewRow]) -> list[_Statement]:
 def _execute(connection: Connection, statements: list[_Statement]) -> None:
     for table, rows in statements:
         compiled = _compiled_insert(connection.dialect, table, tuple(rows[0]))
-        connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, connection))
+        connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, connection.engine))
 
 
 @functools.cache
@@ -297,10 +319,20 @@ class _CompiledInsert:
     parameters through the compiled statement's bookkeeping: a tenth of a run start's
     instructions."""
 
-    __slots__ = ("_defaults", "_keys", "_names", "_positional", "_processors", "sql")
+    __slots__ = (
+        "_defaults",
+        "_names",
+        "_positional",
+        "_processors",
+        "dialect",
+        "keys",
+        "sql",
+        "table",
+    )
 
     def __init__(self, dialect: Dialect, table: type[Base], given: tuple[str, ...]) -> None:
-        into = Base.metadata.tables[table.__tablename__]
+        self.dialect = dialect
+        self.table = into = Base.metadata.tables[table.__tablename__]
         columns = into.columns
         defaulted = [c.key for c in columns if c.key not in given and c.default is not None]
         for key in defaulted:
@@ -310,24 +342,24 @@ class _CompiledInsert:
         compiled = insert(into).inline().values(binds).compile(dialect=dialect)
         self.sql = compiled.string
         self._positional = compiled.positional
-        self._keys = tuple(compiled.positiontup or binds)
+        self.keys = tuple(compiled.positiontup or binds)
         """The values' columns, in the SQL's order."""
-        self._names = tuple(compiled.escaped_bind_names.get(key, key) for key in self._keys)
+        self._names = tuple(compiled.escaped_bind_names.get(key, key) for key in self.keys)
         """Their parameters' names in the SQL, for a paramstyle that takes them by name."""
         self._defaults = tuple(
             None if key in given else columns[key].default.arg  # type: ignore[union-attr]
-            for key in self._keys
+            for key in self.keys
         )
         self._processors = [
             (i, processor)
-            for i, key in enumerate(self._keys)
+            for i, key in enumerate(self.keys)
             if (processor := columns[key].type.dialect_impl(dialect).bind_processor(dialect))
         ]
 
-    def parameters(self, rows: list[dict[str, Any]], connection: Connection) -> list[Any]:
+    def parameters(self, rows: list[dict[str, Any]], engine: Engine) -> list[Any]:
         """The rows' values for the driver's ``executemany``. A value its processor refuses
         (what JSON cannot hold) fails the statement as in Core: a ``StatementError``."""
-        keys, defaults, processors = self._keys, self._defaults, self._processors
+        keys, defaults, processors = self.keys, self._defaults, self._processors
         parameters: list[Any] = []
         for row in rows:
             values = list(map(row.get, keys, defaults))  # no bytecode a column
@@ -339,9 +371,9 @@ class _CompiledInsert:
                     self.sql,
                     row,
                     exc,
-                    connection.dialect.loaded_dbapi.Error,
-                    hide_parameters=connection.engine.hide_parameters,
-                    dialect=connection.dialect,
+                    engine.dialect.loaded_dbapi.Error,
+                    hide_parameters=engine.hide_parameters,
+                    dialect=engine.dialect,
                     ismulti=False,
                 ) from exc
             parameters.append(

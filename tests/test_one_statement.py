@@ -1,0 +1,175 @@
+"""A group of rows written on PostgreSQL in one statement, on a connection the store holds
+(``agentstream.store.one_statement``): the rows SQLAlchemy's INSERTs would write, and no
+write lost when that connection is."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import Engine, event, select, text
+
+from agentstream.store import Store
+from agentstream.store.database import NewRow, add
+from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
+
+pytestmark = pytest.mark.anyio
+
+OWNER = "key_test"
+
+HELD = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE $1"
+"""The backends whose last statement was one of the held connection's."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@contextmanager
+def through_sqlalchemy() -> Iterator[list[str]]:
+    """The INSERTs sent through SQLAlchemy's execution (any engine) while the block runs."""
+    sent: list[str] = []
+
+    def record(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "INSERT" in statement:
+            sent.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+def a_group(tag: str, count: int) -> list[NewRow]:
+    """Sessions, their runs (JSON, a time with its zone, a flag, a float, columns left to
+    their defaults), the runs' events and messages (whose keys the database makes)."""
+    at = datetime(2026, 12, 6, 9, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2)))
+    rows: list[NewRow] = []
+    for n in range(count):
+        run, session = f"run_{tag}_{n}", f"ses_{tag}_{n}"
+        rows += [
+            (SessionRow, {"id": session, "agent_id": "a", "created_at": at}),
+            (
+                RunRow,
+                {
+                    "id": run,
+                    "kind": "agent",
+                    "agent_id": "a",
+                    "status": "running",
+                    "owner": OWNER,
+                    "session_id": session,
+                    "created_at": at,
+                    "input": {"text": "Grüße ☃", "n": [1.5, None]},
+                    "reasoning_requested": True,
+                    "cost_usd": 0.25,
+                },
+            ),
+            (RunEventRow, {"run_id": run, "seq": 1, "type": "a", "ts": 1.5, "payload": {}}),
+            (RunEventRow, {"run_id": run, "seq": 2, "type": "b", "ts": 2.5, "payload": None}),
+            (
+                MessageRow,
+                {
+                    "session_id": session,
+                    "run_id": run,
+                    "role": "user",
+                    "content": "hi",
+                    "tool_calls": [{"id": "call_1"}],
+                    "provider_state": None,
+                },
+            ),
+        ]
+    return rows
+
+
+async def written(store: Store, tag: str) -> list[tuple[Any, ...]]:
+    """Every row of the group ``tag`` (but the keys the database makes), by table, its ids
+    made the same for every tag."""
+    found: list[tuple[Any, ...]] = []
+    async with store.db.session() as db:
+        for table in (SessionRow, RunRow, RunEventRow, MessageRow):
+            columns = Base.metadata.tables[table.__tablename__].columns
+            given = sorted(
+                (c for c in columns if c is not columns.get("id") or table is not MessageRow),
+                key=lambda c: c.name,
+            )
+            key = columns["session_id"] if table is MessageRow else columns[0]
+            query = select(*given).where(key.like(f"%\\_{tag}\\_%"))
+            for row in (await db.execute(query)).all():
+                values = [v.replace(tag, "TAG") if isinstance(v, str) else v for v in row]
+                found.append((table.__tablename__, *values))
+    return sorted(found, key=repr)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_a_group_is_one_statement_that_writes_what_sqlalchemys_inserts_write(
+    postgres_url: str, count: int
+) -> None:
+    """A group goes to the driver as one statement (none of it through SQLAlchemy's
+    execution), a table's one row as its values, several as arrays; read back, every row
+    and column is what Core's INSERTs of the same rows write (the keys the database makes
+    aside)."""
+    store = await Store.open(postgres_url)
+    ours, core = uuid.uuid4().hex, uuid.uuid4().hex
+    try:
+        with through_sqlalchemy() as sent:
+            await store.db.insert(*a_group(ours, count))
+        assert sent == []
+        async with store.db.engine.begin() as connection:
+            await connection.run_sync(add, a_group(core, count))
+        by_us = await written(store, ours)
+        assert len(by_us) == 5 * count
+        assert by_us == await written(store, core)
+    finally:
+        await store.close()
+
+
+async def test_a_write_on_a_lost_connection_goes_in_through_the_pool_and_the_next_holds_another(
+    postgres_url: str,
+) -> None:
+    """The held connection's backend is terminated (a restart, a proxy's idle timeout): the
+    next write still goes in, SQLAlchemy's way, and the one after holds a new connection."""
+    store = await Store.open(postgres_url)
+    first, second, third = (uuid.uuid4().hex for _ in range(3))
+    marker = "WITH i0 AS (INSERT INTO sessions%"
+    admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    try:
+        await store.db.insert(*a_group(first, 1))
+        [held] = [row["pid"] for row in await admin.fetch(HELD, marker)]
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", held)
+
+        with through_sqlalchemy() as sent:
+            await store.db.insert(*a_group(second, 1))
+        tables = sorted(statement.split()[2] for statement in sent)
+        assert tables == ["messages", "run_events", "runs", "sessions"]
+        await store.db.insert(*a_group(third, 1))
+        assert [row["pid"] for row in await admin.fetch(HELD, marker)] not in ([], [held])
+        for tag in (first, second, third):
+            assert len(await written(store, tag)) == 5
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_pool_of_one_connection_is_not_held_and_writes_go_through_it(
+    postgres_url: str,
+) -> None:
+    """Held, the pool's only connection would leave none for reads: then writes go
+    SQLAlchemy's way, and reads still find a connection."""
+    store = await Store.open(postgres_url, pool_size=1)
+    tag = uuid.uuid4().hex
+    try:
+        with through_sqlalchemy() as sent:
+            await store.db.insert(*a_group(tag, 2))
+        assert len(sent) == 4
+        assert len(await written(store, tag)) == 10
+        async with store.db.engine.connect() as connection:
+            assert (await connection.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await store.close()
