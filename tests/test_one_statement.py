@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -171,5 +171,31 @@ async def test_a_pool_of_one_connection_is_not_held_and_writes_go_through_it(
         assert len(await written(store, tag)) == 10
         async with store.db.engine.connect() as connection:
             assert (await connection.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await store.close()
+
+
+async def test_a_group_with_two_inserts_into_one_table_goes_in_their_order(
+    postgres_url: str,
+) -> None:
+    """An agent run's row and a workflow execution's are two INSERTs into ``runs``; in one
+    statement they would run in no set order: the group goes SQLAlchemy's way, in order."""
+    store = await Store.open(postgres_url)
+    tag = uuid.uuid4().hex
+    execution = {
+        "id": f"run_{tag}_w",
+        "kind": "workflow",
+        "workflow_id": "f",
+        "draft": True,
+        "status": "running",
+        "created_at": datetime.now(UTC),
+        "owner": OWNER,
+    }
+    try:
+        with through_sqlalchemy() as sent:
+            await store.db.insert(*a_group(tag, 1), (RunRow, execution))
+        assert [statement.split()[2] for statement in sent].count("runs") == 2
+        assert await store.runs.exists(f"run_{tag}_w")
+        assert len(await written(store, tag)) == 6
     finally:
         await store.close()

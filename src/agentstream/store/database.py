@@ -233,9 +233,12 @@ class Database:
         PostgreSQL without a transaction around it, which saves two of the three round trips
         of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``, is
         all-or-nothing by itself. On asyncpg they go as one statement (``OneStatement``),
-        and this way only if that raised."""
+        and this way only if that raised, or if a table has several INSERTs (an agent run's
+        and a workflow execution's): a statement's INSERTs run in no set order, where a key
+        the database makes (a message's) would follow their order here."""
         statements = _statements(row for group in inserts for row in group if row is not None)
-        if self._one_statement is not None and statements:
+        tables = {table for table, _ in statements}
+        if self._one_statement is not None and statements and len(tables) == len(statements):
             shape = tuple(
                 _compiled_insert(self.engine.dialect, t, tuple(r[0])) for t, r in statements
             )

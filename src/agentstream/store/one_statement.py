@@ -55,9 +55,12 @@ class OneStatement:
             driver = self._driver or await self._connect()
             single = tuple(len(table_rows) == 1 for table_rows in rows)
             await driver.execute(_sql(shape, single), *_values(rows))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            if self._driver is not None and self._driver.is_closed():  # lost, or ended by
-                await self._drop()  # the server (a restart: ``AdminShutdownError``)
+        except asyncpg.PostgresError:  # refused, or the server ended the connection
+            if self._driver is not None and self._driver.is_closed():  # (a restart)
+                await self._drop()
+            return False
+        except (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError):
+            await self._drop()  # lost, or in a state the driver cannot go on from
             return False
         _INSERT_SECONDS.observe(time.perf_counter() - started)
         return True
