@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 from sqlalchemy import Engine, event, select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from agentstream.store import Store
 from agentstream.store.database import NewRow, add
@@ -130,11 +131,15 @@ async def test_a_group_is_one_statement_that_writes_what_sqlalchemys_inserts_wri
         await store.close()
 
 
-async def test_a_write_on_a_lost_connection_goes_in_through_the_pool_and_the_next_holds_another(
+async def test_a_held_connection_the_server_ended_is_replaced_and_no_write_is_made_twice(
     postgres_url: str,
 ) -> None:
-    """The held connection's backend is terminated (a restart, a proxy's idle timeout): the
-    next write still goes in, SQLAlchemy's way, and the one after holds a new connection."""
+    """The held connection's backend is terminated (a restart, a proxy's idle timeout). The
+    next write goes in (on a new held connection, or SQLAlchemy's way where the server's
+    goodbye came as the statement's answer); or, where the driver found the connection lost
+    under it, it fails as a lost pooled connection's first use does (``OperationalError``,
+    a 503) and is not made again: here, where it was never sent, nothing went in. The write
+    after goes in, on a new held connection."""
     store = await Store.open(postgres_url)
     first, second, third = (uuid.uuid4().hex for _ in range(3))
     marker = "WITH i0 AS (INSERT INTO sessions%"
@@ -144,16 +149,41 @@ async def test_a_write_on_a_lost_connection_goes_in_through_the_pool_and_the_nex
         [held] = [row["pid"] for row in await admin.fetch(HELD, marker)]
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", held)
 
-        with through_sqlalchemy() as sent:
+        lost: list[bool] = []
+        try:
             await store.db.insert(*a_group(second, 1))
-        tables = sorted(statement.split()[2] for statement in sent)
-        assert tables == ["messages", "run_events", "runs", "sessions"]
+        except OperationalError as error:
+            lost.append(error.connection_invalidated)
+        assert lost in ([], [True])
+        assert len(await written(store, second)) == (0 if lost else 5)
         await store.db.insert(*a_group(third, 1))
-        assert [row["pid"] for row in await admin.fetch(HELD, marker)] not in ([], [held])
-        for tag in (first, second, third):
-            assert len(await written(store, tag)) == 5
+        now_held = [row["pid"] for row in await admin.fetch(HELD, marker)]
+        assert now_held
+        assert held not in now_held
+        assert len(await written(store, first)) == len(await written(store, third)) == 5
     finally:
         await admin.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_a_value_longer_than_its_column_is_refused_not_cut_short(
+    postgres_url: str, count: int
+) -> None:
+    """A session's agent id of 101 characters, where the column takes 100: refused, as
+    SQLAlchemy's INSERT has it refused (a cast to ``VARCHAR(100)`` would cut it short and
+    write it), and nothing of the group goes in."""
+    store = await Store.open(postgres_url)
+    tag = uuid.uuid4().hex
+    rows = [
+        (table, values | {"agent_id": "a" * 101}) if table is SessionRow else (table, values)
+        for table, values in a_group(tag, count)
+    ]
+    try:
+        with pytest.raises(DBAPIError, match="too long"):
+            await store.db.insert(*rows)
+        assert await written(store, tag) == []
+    finally:
         await store.close()
 
 

@@ -9,18 +9,22 @@ a transaction around it; and it goes out on asyncpg's own connection, one of the
 held for these writes, which take turns (``Database.insert``): one trip, no checkout, and
 a start costs 2.91 million.
 
-It only ever writes the group or leaves it unwritten: where the driver raises (a row the
-database refuses, a lost connection), the group goes SQLAlchemy's way, which raises
-SQLAlchemy's errors, as every other statement does.
+Where the database refuses the statement (a row's fault), nothing went in and the group
+goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other statement does (a
+refused row, the callers one by one). A connection lost under the statement raises what a
+lost pooled connection raises: it may have gone in or not, so it is not written again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+from sqlalchemy import Column, Dialect, String
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentstream.telemetry.metrics import STORE_SECONDS
@@ -38,53 +42,58 @@ _INSERT_SECONDS = STORE_SECONDS.labels("insert")
 
 class OneStatement:
     """Groups of rows inserted in one statement each, on a connection of the engine's pool
-    that it holds (from its first write until it fails, or it is closed)."""
+    that it holds (from its first write until the connection is lost, or it is closed)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._connection: AsyncConnection | None = None
         self._driver: asyncpg.Connection | None = None
+        self._turn = asyncio.Lock()
+        """Held by a write, and by ``close``, which waits for it."""
+        self._closed = False
 
     async def insert(self, shape: Shape, rows: list[list[tuple[Any, ...]]]) -> bool:
         """Insert each INSERT's ``rows`` (the driver's values, as ``_CompiledInsert`` makes
-        them), all or none; False where the driver raised: then none went in (or, if the
-        connection was lost after the database committed, the rows are there and writing
-        them again fails on their keys, as when a ``COMMIT``'s answer is lost)."""
-        started = time.perf_counter()
-        try:
-            driver = self._driver or await self._connect()
-            single = tuple(len(table_rows) == 1 for table_rows in rows)
-            await driver.execute(_sql(shape, single), *_values(rows))
-        except asyncpg.PostgresError:  # refused, or the server ended the connection
-            if self._driver is not None and self._driver.is_closed():  # (a restart)
+        them), all or none. False where nothing went in and SQLAlchemy's way is to write
+        them: the database refused the statement (a row's fault, or it ended the
+        connection), or this is closed. Where the connection was lost under the statement
+        it may have gone in or not, as when a ``COMMIT``'s answer is lost: SQLAlchemy's
+        ``OperationalError``, as a lost pooled connection raises (a ``503``)."""
+        async with self._turn:
+            if self._closed:
+                return False
+            if self._driver is None or self._driver.is_closed():
                 await self._drop()
-            return False
-        except (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError):
-            await self._drop()  # lost, or in a state the driver cannot go on from
-            return False
-        _INSERT_SECONDS.observe(time.perf_counter() - started)
-        return True
-
-    async def _connect(self) -> asyncpg.Connection:
-        """The driver's connection, through the engine (its codecs, its connect options)."""
-        self._connection = await self._engine.connect()
-        raw = await self._connection.get_raw_connection()
-        self._driver = raw.driver_connection
-        assert self._driver is not None
-        return self._driver
+                self._connection = await self._engine.connect()
+                self._driver = (await self._connection.get_raw_connection()).driver_connection
+            assert self._driver is not None
+            sql = _sql(shape, tuple(len(table_rows) == 1 for table_rows in rows))
+            started = time.perf_counter()
+            try:
+                await self._driver.execute(sql, *_values(rows))
+            except asyncpg.PostgresError:  # the statement was refused, nothing went in
+                return False
+            except (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
+                await self._drop()
+                raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
+            _INSERT_SECONDS.observe(time.perf_counter() - started)
+            return True
 
     async def _drop(self) -> None:
-        """Forget a connection that failed: the next write opens another."""
+        """Forget the connection (lost, or in a state the driver cannot go on from): the
+        next write holds another."""
         connection, self._connection, self._driver = self._connection, None, None
         if connection is not None:
             await connection.invalidate()
             await connection.close()
 
     async def close(self) -> None:
-        """Give the connection back to the pool."""
-        connection, self._connection, self._driver = self._connection, None, None
-        if connection is not None:
-            await connection.close()
+        """Once the write under way is over, give the connection back to the pool."""
+        async with self._turn:
+            self._closed = True
+            connection, self._connection, self._driver = self._connection, None, None
+            if connection is not None:
+                await connection.close()
 
 
 def _values(rows: list[list[tuple[Any, ...]]]) -> list[Any]:
@@ -101,28 +110,41 @@ def _values(rows: list[list[tuple[Any, ...]]]) -> list[Any]:
 @functools.lru_cache(maxsize=256)
 def _sql(shape: Shape, single: tuple[bool, ...]) -> str:
     """One statement: an INSERT per table, all but the last as CTEs. A table's one row is
-    its values (``VALUES``); its rows, when there are more, each column's values as an
-    array (``unnest``), so that the SQL, prepared once, does not change with their number.
-    Not arrays for one row: asyncpg checks each array and each of its values against
-    ``collections.abc``'s classes, 13,000 instructions an array, 20 of them a run start.
-    The foreign keys hold (a run's event refers to the run in the same group): they are
-    checked once the whole statement has run."""
+    its values (``VALUES``), whose types the database takes from the columns; its rows,
+    when there are more, each column's values as an array (``unnest``), so that the SQL,
+    prepared once, does not change with their number. Not arrays for one row: asyncpg
+    checks each array and each of its values against ``collections.abc``'s classes, 13,000
+    instructions an array, 20 of them a run start. The foreign keys hold (a run's event
+    refers to the run in the same group): they are checked once the whole statement has
+    run."""
     inserts: list[str] = []
     number = 0
     for compiled, one in zip(shape, single, strict=True):
-        quote = compiled.dialect.identifier_preparer.quote
+        preparer = compiled.dialect.identifier_preparer
         columns = [compiled.table.columns[key] for key in compiled.keys]
-        casts = []
-        for column in columns:
-            number += 1
-            casts.append(f"${number}::{column.type.compile(dialect=compiled.dialect)}")
-        names = ", ".join(quote(column.name) for column in columns)
-        into = f"INSERT INTO {quote(compiled.table.name)} ({names})"
+        names = ", ".join(preparer.quote(column.name) for column in columns)
+        into = f"INSERT INTO {preparer.format_table(compiled.table)} ({names})"
+        first, number = number + 1, number + len(columns)
         if one:
-            inserts.append(f"{into} VALUES ({', '.join(casts)})")
+            inserts.append(
+                f"{into} VALUES ({', '.join(f'${n}' for n in range(first, number + 1))})"
+            )
         else:
-            inserts.append(f"{into} SELECT * FROM unnest({'[], '.join(casts)}[])")
+            arrays = (
+                f"${n}::{_array_of(column, compiled.dialect)}"
+                for n, column in enumerate(columns, first)
+            )
+            inserts.append(f"{into} SELECT * FROM unnest({', '.join(arrays)})")
     *ctes, last = inserts
     if not ctes:
         return last
     return "WITH " + ", ".join(f"i{i} AS ({cte})" for i, cte in enumerate(ctes)) + " " + last
+
+
+def _array_of(column: Column[Any], dialect: Dialect) -> str:
+    """The type of an array of the column's values. A string's without its length: a cast
+    to ``VARCHAR(40)`` cuts a longer value short, where the column refuses it."""
+    type_ = column.type
+    if isinstance(type_, String) and type_.length is not None:
+        type_ = String(collation=type_.collation)
+    return f"{type_.compile(dialect=dialect)}[]"
