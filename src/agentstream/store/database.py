@@ -237,8 +237,8 @@ class Database:
         and a workflow execution's): a statement's INSERTs run in no set order, where a key
         the database makes (a message's) would follow their order here."""
         statements = _statements(row for group in inserts for row in group if row is not None)
-        tables = {table for table, _ in statements}
-        if self._one_statement is not None and statements and len(tables) == len(statements):
+        one_insert_a_table = len({table for table, _ in statements}) == len(statements)
+        if self._one_statement is not None and statements and one_insert_a_table:
             shape = tuple(
                 _compiled_insert(self.engine.dialect, t, tuple(r[0])) for t, r in statements
             )

@@ -7,7 +7,7 @@ million of a start's 3.88 million instructions (``bench.start_instructions``). H
 group is one statement, each table's INSERT a data-modifying CTE, whole on its own without
 a transaction around it; and it goes out on asyncpg's own connection, one of the pool's
 held for these writes, which take turns (``Database.insert``): one trip, no checkout, and
-a start costs 2.91 million.
+a start costs 2.93 million.
 
 Where the database refuses the statement (a row's fault), nothing went in and the group
 goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other statement does (a
@@ -113,8 +113,8 @@ def _sql(shape: Shape, single: tuple[bool, ...]) -> str:
     its values (``VALUES``), whose types the database takes from the columns; its rows,
     when there are more, each column's values as an array (``unnest``), so that the SQL,
     prepared once, does not change with their number. Not arrays for one row: asyncpg
-    checks each array and each of its values against ``collections.abc``'s classes, 13,000
-    instructions an array, 20 of them a run start. The foreign keys hold (a run's event
+    checks each array and each of its values against ``collections.abc``'s classes, 12,800
+    instructions an array, 21 of them a run start. The foreign keys hold (a run's event
     refers to the run in the same group): they are checked once the whole statement has
     run."""
     inserts: list[str] = []
