@@ -232,10 +232,11 @@ class Database:
         """Every row of ``inserts``, or none. Rows that make one INSERT (runs' events) go on
         PostgreSQL without a transaction around it, which saves two of the three round trips
         of a run's persisted event: a lone ``INSERT``, or asyncpg's ``executemany``, is
-        all-or-nothing by itself. On asyncpg they go as one statement (``OneStatement``),
-        and this way only if that raised, or if a table has several INSERTs (an agent run's
-        and a workflow execution's): a statement's INSERTs run in no set order, where a key
-        the database makes (a message's) would follow their order here."""
+        all-or-nothing by itself. On asyncpg with a pool of more than one connection they
+        go as one statement (``OneStatement``), and this way only where the database
+        refused that, or where a table has several INSERTs (an agent run's and a workflow
+        execution's): a statement's INSERTs run in no set order, where a key the database
+        makes (a message's) would follow their order here."""
         statements = _statements(row for group in inserts for row in group if row is not None)
         one_insert_a_table = len({table for table, _ in statements}) == len(statements)
         if self._one_statement is not None and statements and one_insert_a_table:

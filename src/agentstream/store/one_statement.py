@@ -9,10 +9,11 @@ a transaction around it; and it goes out on asyncpg's own connection, one of the
 held for these writes, which take turns (``Database.insert``): one trip, no checkout, and
 a start costs 2.93 million.
 
-Where the database refuses the statement (a row's fault), nothing went in and the group
-goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other statement does (a
-refused row, the callers one by one). A connection lost under the statement raises what a
-lost pooled connection raises: it may have gone in or not, so it is not written again.
+Where the database answers the statement with an error (a row's fault), nothing went in
+and the group goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other
+statement does (a refused row, the callers one by one). A connection lost under the
+statement with no answer raises what a lost pooled connection raises: the rows may have
+gone in or not, so they are not written again.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ Shape = tuple["_CompiledInsert", ...]
 
 _INSERT_SECONDS = STORE_SECONDS.labels("insert")
 
+_LOST = (
+    asyncpg.PostgresConnectionError,  # ``ConnectionDoesNotExistError``: gone mid-statement
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+"""What the driver raises where the connection was lost, or left in a state it cannot go
+on from, with no answer to the statement. (A ``PostgresConnectionError`` is a
+``PostgresError`` too, which is an answer.)"""
+
 
 class OneStatement:
     """Groups of rows inserted in one statement each, on a connection of the engine's pool
@@ -55,10 +66,11 @@ class OneStatement:
     async def insert(self, shape: Shape, rows: list[list[tuple[Any, ...]]]) -> bool:
         """Insert each INSERT's ``rows`` (the driver's values, as ``_CompiledInsert`` makes
         them), all or none. False where nothing went in and SQLAlchemy's way is to write
-        them: the database refused the statement (a row's fault, or it ended the
-        connection), or this is closed. Where the connection was lost under the statement
-        it may have gone in or not, as when a ``COMMIT``'s answer is lost: SQLAlchemy's
-        ``OperationalError``, as a lost pooled connection raises (a ``503``)."""
+        them: the database answered the statement with an error (a row's fault; or it
+        ended the connection, a restart's ``AdminShutdownError``), or this is closed.
+        Where the connection was lost under the statement with no answer, it may have gone
+        in or not, as when a ``COMMIT``'s answer is lost: SQLAlchemy's ``OperationalError``,
+        as a lost pooled connection raises (a ``503``), and it is not written again."""
         async with self._turn:
             if self._closed:
                 return False
@@ -71,11 +83,11 @@ class OneStatement:
             started = time.perf_counter()
             try:
                 await self._driver.execute(sql, *_values(rows))
-            except asyncpg.PostgresError:  # the statement was refused, nothing went in
-                return False
-            except (asyncpg.InterfaceError, asyncpg.InternalClientError, OSError) as exc:
+            except _LOST as exc:  # it may have gone in
                 await self._drop()
                 raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
+            except asyncpg.PostgresError:  # the server's answer: nothing went in
+                return False
             _INSERT_SECONDS.observe(time.perf_counter() - started)
             return True
 
@@ -84,8 +96,10 @@ class OneStatement:
         next write holds another."""
         connection, self._connection, self._driver = self._connection, None, None
         if connection is not None:
-            await connection.invalidate()
-            await connection.close()
+            try:
+                await connection.invalidate()
+            finally:  # back to the pool, whatever became of it
+                await connection.close()
 
     async def close(self) -> None:
         """Once the write under way is over, give the connection back to the pool."""
