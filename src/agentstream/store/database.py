@@ -238,8 +238,7 @@ class Database:
         execution's): a statement's INSERTs run in no set order, where a key the database
         makes (a message's) would follow their order here."""
         statements = _statements(row for group in inserts for row in group if row is not None)
-        one_insert_a_table = len({table for table, _ in statements}) == len(statements)
-        if self._one_statement is not None and statements and one_insert_a_table:
+        if self._one_statement is not None and statements and _one_a_table(statements):
             shape = tuple(
                 _compiled_insert(self.engine.dialect, t, tuple(r[0])) for t, r in statements
             )
@@ -304,6 +303,11 @@ def _execute(connection: Connection, statements: list[_Statement]) -> None:
     for table, rows in statements:
         compiled = _compiled_insert(connection.dialect, table, tuple(rows[0]))
         connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, connection.engine))
+
+
+def _one_a_table(statements: list[_Statement]) -> bool:
+    """Each table has one INSERT (not an agent run's and a workflow execution's)."""
+    return len({table for table, _ in statements}) == len(statements)
 
 
 @functools.cache
