@@ -30,13 +30,15 @@ from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
+import asyncpg
 from sqlalchemy import Connection, Dialect, Engine, bindparam, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.pool import QueuePool
 
+from agentstream.store.held_connection import LOST, Closed, HeldConnection
 from agentstream.store.one_statement import OneStatement
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
@@ -77,12 +79,14 @@ class Database:
         ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
         if engine.dialect.name == "postgresql":
             self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._held: HeldConnection | None = None
+        """On PostgreSQL through asyncpg, one of the pool's connections (if it has more than
+        one), for ``read_value`` and for ``insert``'s groups (``_one_statement``)."""
         self._one_statement: OneStatement | None = None
-        """On PostgreSQL through asyncpg, where ``insert`` writes its groups, on one of the
-        pool's connections (if it has more than one: it holds it)."""
         pool = engine.sync_engine.pool
         if engine.dialect.driver == "asyncpg" and isinstance(pool, QueuePool) and pool.size() > 1:
-            self._one_statement = OneStatement(engine)
+            self._held = HeldConnection(engine)
+            self._one_statement = OneStatement(self._held)
         self._file: SQLiteFile | None = None
         """The same SQLite file through the standard library's driver, for ``read`` and
         ``transact``."""
@@ -95,8 +99,8 @@ class Database:
                 event.listen(timed, "handle_error", _failed)
 
     async def close(self) -> None:
-        if self._one_statement is not None:  # its connection back to the pool, disposed below
-            await self._one_statement.close()
+        if self._held is not None:  # its connection back to the pool, disposed below
+            await self._held.close()
         await self.engine.dispose()
         if self._file is not None:
             await self._file.close()
@@ -109,6 +113,20 @@ class Database:
             return self._file.read(work)
         async with (self._autocommit or self.engine).connect() as connection:
             return await connection.run_sync(work)
+
+    async def read_value(self, sql: str) -> Any:
+        """The one value of ``sql``, a read without parameters, through the driver's own
+        API: SQLAlchemy's execution costs ten times a read of one row (28 µs against 2.3 on
+        SQLite). On PostgreSQL it goes on the held connection, shared by the callers
+        waiting as it goes out (``HeldConnection.value``). Where the driver fails, the
+        read goes again through SQLAlchemy, which raises its own error (a 503 when the
+        database is gone)."""
+        if self._held is not None:
+            try:
+                return await self._held.value(sql)
+            except (asyncpg.PostgresError, *LOST, Closed, SQLAlchemyError):
+                pass
+        return await self.read(functools.partial(_value, sql=sql))
 
     async def transact(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, committed if it returns."""
@@ -254,6 +272,21 @@ class Database:
         elif statements:
             async with self._autocommit.connect() as connection:
                 await connection.run_sync(_execute, statements)
+
+
+def _value(connection: Connection, sql: str) -> Any:
+    """``Database.read_value``'s read off the held connection: through the driver's
+    cursor, and through SQLAlchemy where that fails."""
+    try:
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+    except connection.dialect.loaded_dbapi.Error:
+        row = connection.exec_driver_sql(sql).one()
+    return None if row is None else row[0]
 
 
 _Row = TypeVar("_Row", bound=Base)

@@ -8,7 +8,9 @@ database keeps a counter that every change to those tables moves on, by triggers
 (migration 0014), whoever makes the change: this process, another process of a cluster,
 the ``agentstream keys`` commands. A lookup reads that counter first, one row, and reads
 the definition itself only when the counter has moved since it was kept. So a revoked key
-is refused, and an edited agent used, from the very next request, in every process.
+is refused, and an edited agent used, from the very next request, in every process. (On
+PostgreSQL lookups waiting together share a read of the counter that goes out after they
+asked, ``Database.read_value``.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, select
+from sqlalchemy import select
 
 from agentstream.store.database import Database
 from agentstream.store.tables import DefinitionsRevisionRow
@@ -27,25 +29,7 @@ V = TypeVar("V")
 
 
 _REVISION = str(select(DefinitionsRevisionRow.revision))
-"""The same SQL on every dialect, for the driver's cursor."""
-
-
-def _revision(db: Connection) -> int:
-    """The counter, through the driver's own cursor: SQLAlchemy's execution costs ten times
-    this read of one row (28 µs against 2.3 on SQLite), and every lookup makes it. If the
-    driver fails, the read goes again through SQLAlchemy, which raises its own error (a 503
-    when the database is gone) and drops a connection that was lost."""
-    try:
-        cursor = db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(_REVISION)
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
-    except db.dialect.loaded_dbapi.Error:
-        row = db.exec_driver_sql(_REVISION).one()
-    assert row is not None, "migration 0014 makes the one row"
-    return int(row[0])
+"""The same SQL on every dialect, for the driver."""
 
 
 class DefinitionsCache:
@@ -62,7 +46,8 @@ class DefinitionsCache:
 
         The counter is read before the value, so a value kept under a revision was read
         after it: while the counter stays there, nothing changed since."""
-        revision = await self._db.read(_revision)
+        revision = await self._db.read_value(_REVISION)
+        assert revision is not None, "migration 0014 makes the one row"
         if revision != self._revision:
             self._kept.clear()
             self._revision = revision

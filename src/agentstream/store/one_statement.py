@@ -5,9 +5,8 @@ Through SQLAlchemy's async engine that was a checkout from the pool, ``BEGIN``, 
 ``executemany`` for each table and ``COMMIT``: five trips through its greenlet bridge, 1.39
 million of a start's 3.88 million instructions (``bench.start_instructions``). Here the
 group is one statement, each table's INSERT a data-modifying CTE, whole on its own without
-a transaction around it; and it goes out on asyncpg's own connection, one of the pool's
-held for these writes, which take turns (``Database.insert``): one trip, no checkout, and
-a start costs 2.93 million.
+a transaction around it; and it goes out on asyncpg's own connection, the one the store
+holds (``HeldConnection``): one trip, no checkout, and a start costs 2.93 million.
 
 Where the database answers the statement with an error (a row's fault), nothing went in
 and the group goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other
@@ -18,7 +17,6 @@ gone in or not, so they are not written again.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from sqlalchemy import Column, Dialect, String
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agentstream.store.held_connection import LOST, Closed, HeldConnection
 from agentstream.telemetry.metrics import STORE_SECONDS
 
 if TYPE_CHECKING:
@@ -40,74 +38,38 @@ Shape = tuple["_CompiledInsert", ...]
 
 _INSERT_SECONDS = STORE_SECONDS.labels("insert")
 
-_LOST = (
-    asyncpg.PostgresConnectionError,  # ``ConnectionDoesNotExistError``: gone mid-statement
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-)
-"""What the driver raises where the connection was lost, or left in a state it cannot go
-on from, with no answer to the statement. (A ``PostgresConnectionError`` is a
-``PostgresError`` too, which is an answer.)"""
-
 
 class OneStatement:
-    """Groups of rows inserted in one statement each, on a connection of the engine's pool
-    that it holds (from its first write until the connection is lost, or it is closed)."""
+    """Groups of rows inserted in one statement each, on the held connection."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._connection: AsyncConnection | None = None
-        self._driver: asyncpg.Connection | None = None
-        self._turn = asyncio.Lock()
-        """Held by a write, and by ``close``, which waits for it."""
-        self._closed = False
+    def __init__(self, held: HeldConnection) -> None:
+        self._held = held
 
     async def insert(self, shape: Shape, rows: list[list[tuple[Any, ...]]]) -> bool:
         """Insert each INSERT's ``rows`` (the driver's values, as ``_CompiledInsert`` makes
         them), all or none. False where nothing went in and SQLAlchemy's way is to write
         them: the database answered the statement with an error (a row's fault; or it
-        ended the connection, a restart's ``AdminShutdownError``), or this is closed.
-        Where the connection was lost under the statement with no answer, it may have gone
-        in or not, as when a ``COMMIT``'s answer is lost: SQLAlchemy's ``OperationalError``,
-        as a lost pooled connection raises (a ``503``), and it is not written again."""
-        async with self._turn:
-            if self._closed:
+        ended the connection, a restart's ``AdminShutdownError``), or the held connection
+        was given back. Where the connection was lost under the statement with no answer,
+        it may have gone in or not, as when a ``COMMIT``'s answer is lost: SQLAlchemy's
+        ``OperationalError``, as a lost pooled connection raises (a ``503``), and it is not
+        written again."""
+        async with self._held.turn:
+            try:
+                driver = await self._held.driver()
+            except Closed:
                 return False
-            if self._driver is None or self._driver.is_closed():
-                await self._drop()
-                self._connection = await self._engine.connect()
-                self._driver = (await self._connection.get_raw_connection()).driver_connection
-            assert self._driver is not None
             sql = _sql(shape, tuple(len(table_rows) == 1 for table_rows in rows))
             started = time.perf_counter()
             try:
-                await self._driver.execute(sql, *_values(rows))
-            except _LOST as exc:  # it may have gone in
-                await self._drop()
+                await driver.execute(sql, *_values(rows))
+            except LOST as exc:  # it may have gone in
+                await self._held.drop()
                 raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
             except asyncpg.PostgresError:  # the server's answer: nothing went in
                 return False
             _INSERT_SECONDS.observe(time.perf_counter() - started)
             return True
-
-    async def _drop(self) -> None:
-        """Forget the connection (lost, or in a state the driver cannot go on from): the
-        next write holds another."""
-        connection, self._connection, self._driver = self._connection, None, None
-        if connection is not None:
-            try:
-                await connection.invalidate()
-            finally:  # back to the pool, whatever became of it
-                await connection.close()
-
-    async def close(self) -> None:
-        """Once the write under way is over, give the connection back to the pool."""
-        async with self._turn:
-            self._closed = True
-            connection, self._connection, self._driver = self._connection, None, None
-            if connection is not None:
-                await connection.close()
 
 
 def _values(rows: list[list[tuple[Any, ...]]]) -> list[Any]:

@@ -1,0 +1,109 @@
+"""One of the PostgreSQL pool's connections, held for single statements sent through
+asyncpg's own API, which take turns on it.
+
+A checkout from SQLAlchemy's pool and a statement through its greenlet bridge cost about
+300,000 instructions each; asyncpg's own call on a connection already at hand, a tenth of
+that (``bench.start_instructions``). A run start makes three statements that are whole on
+their own, outside any transaction: the definitions' counter, read twice
+(``DefinitionsCache``), and its rows, inserted in one statement (``OneStatement``). Here
+they go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+__all__ = ["LOST", "Closed", "HeldConnection"]
+
+LOST = (
+    asyncpg.PostgresConnectionError,  # ``ConnectionDoesNotExistError``: gone mid-statement
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+"""What the driver raises where the connection was lost, or left in a state it cannot go
+on from, with no answer to the statement. (A ``PostgresConnectionError`` is a
+``PostgresError`` too, which is an answer.)"""
+
+
+class Closed(Exception):
+    """The connection was given back (``HeldConnection.close``)."""
+
+
+class HeldConnection:
+    """A connection of the engine's pool, held from its first statement until it is lost,
+    or this is closed. Statements take turns on it (``turn``)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._connection: AsyncConnection | None = None
+        self._driver: asyncpg.Connection | None = None
+        self.turn = asyncio.Lock()
+        """Held by a statement, and by ``close``, which waits for it."""
+        self._closed = False
+        self._next_reads: dict[str, asyncio.Task[Any]] = {}
+        """By statement, the read that has not gone out yet (``value``)."""
+
+    async def driver(self) -> asyncpg.Connection:
+        """The connection, once it is this caller's ``turn``: a new one of the pool's where
+        the server closed the one held (a restart, a proxy's idle timeout). Raises
+        ``Closed`` once this is."""
+        assert self.turn.locked()
+        if self._closed:
+            raise Closed
+        if self._driver is None or self._driver.is_closed():
+            await self.drop()
+            self._connection = await self._engine.connect()
+            self._driver = (await self._connection.get_raw_connection()).driver_connection
+        assert self._driver is not None
+        return self._driver
+
+    async def value(self, sql: str) -> Any:
+        """The one value of ``sql``, a read without parameters, read once for every caller
+        waiting as it goes out: they all asked before it did, so it sees what was committed
+        before any of them asked. Under load a process's run starts share a read of the
+        definitions' counter, each asking while the one before was under way. Raises the
+        driver's errors (the connection dropped where they say it was lost), or ``Closed``."""
+        read = self._next_reads.get(sql)
+        if read is None:
+            read = self._next_reads[sql] = asyncio.create_task(self._read(sql))
+            read.add_done_callback(_retrieved)
+        return await asyncio.shield(read)  # a caller cancelled: the others still wait for it
+
+    async def _read(self, sql: str) -> Any:
+        async with self.turn:
+            del self._next_reads[sql]  # from here on, a caller waits for the next read
+            driver = await self.driver()
+            try:
+                return await driver.fetchval(sql)
+            except LOST:
+                await self.drop()
+                raise
+
+    async def drop(self) -> None:
+        """Forget the connection (lost, or in a state the driver cannot go on from): the
+        next statement holds another."""
+        connection, self._connection, self._driver = self._connection, None, None
+        if connection is not None:
+            try:
+                await connection.invalidate()
+            finally:  # back to the pool, whatever became of it
+                await connection.close()
+
+    async def close(self) -> None:
+        """Once the statement under way is over, give the connection back to the pool."""
+        async with self.turn:
+            self._closed = True
+            connection, self._connection, self._driver = self._connection, None, None
+            if connection is not None:
+                await connection.close()
+
+
+def _retrieved(read: asyncio.Task[Any]) -> None:
+    """A read whose every caller was cancelled: its error is nobody's, and not logged."""
+    if not read.cancelled():
+        read.exception()

@@ -1,0 +1,143 @@
+"""Reads of one value on PostgreSQL through the connection the store holds
+(``agentstream.store.held_connection``): shared by the callers waiting as a read goes out,
+never by one who asked after it went, and read again through the pool where the held
+connection fails."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import Engine, event
+
+from agentstream.store import Store
+
+pytestmark = pytest.mark.anyio
+
+COUNTER = "SELECT definitions_revision.revision FROM definitions_revision"
+MOVE_ON = "UPDATE definitions_revision SET revision = revision + 1"
+HELD = (
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+    " AND query = $1 AND pid <> pg_backend_pid()"
+)
+"""The backends whose last statement was this one: the held connection's."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@contextmanager
+def through_sqlalchemy() -> Iterator[list[str]]:
+    """The statements sent through SQLAlchemy's execution (any engine) while the block
+    runs."""
+    sent: list[str] = []
+
+    def record(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def held_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[list[Any], asyncio.Event, asyncio.Event]]:
+    """The values the held connection's reads got, an event set when one has its answer,
+    and one that, set, lets them give it: until then each read is held back."""
+    got: list[Any] = []
+    answered, answer = asyncio.Event(), asyncio.Event()
+    fetchval = asyncpg.Connection.fetchval
+
+    async def held_back(connection: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        value = await fetchval(connection, *args, **kwargs)
+        got.append(value)
+        answered.set()
+        await answer.wait()
+        return value
+
+    monkeypatch.setattr(asyncpg.Connection, "fetchval", held_back)
+    yield got, answered, answer
+    monkeypatch.undo()
+
+
+async def test_callers_waiting_as_a_read_goes_out_share_it_and_later_ones_read_again(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read goes out; the counter moves on; then three callers ask while the first read
+    is still under way. The first caller gets what it read; the three share one read that
+    went out after they asked, and see the change (a revoked key is refused from the very
+    next request); none of it goes through SQLAlchemy's execution."""
+    store = await Store.open(postgres_url)
+    admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    try:
+        before = await admin.fetchval(COUNTER)
+        with through_sqlalchemy() as sent, held_reads(monkeypatch) as (got, answered, answer):
+            first = asyncio.create_task(store.db.read_value(COUNTER))
+            await answered.wait()
+            await admin.execute(MOVE_ON)
+            later = [asyncio.create_task(store.db.read_value(COUNTER)) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            answer.set()
+            assert await first == before
+            assert await asyncio.gather(*later) == [before + 1] * 3
+        assert got == [before, before + 1]
+        assert sent == []
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_shared_read(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller whose ask sent the read is cancelled (its client went away): the callers
+    sharing the read still get its value."""
+    store = await Store.open(postgres_url)
+    try:
+        expected = await store.db.read_value(COUNTER)
+        with held_reads(monkeypatch) as (got, answered, answer):
+            leaving, staying = (asyncio.create_task(store.db.read_value(COUNTER)) for _ in "ab")
+            await answered.wait()
+            leaving.cancel()
+            answer.set()
+            assert await staying == expected
+            with pytest.raises(asyncio.CancelledError):
+                await leaving
+        assert got == [expected]
+    finally:
+        await store.close()
+
+
+async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_pool(
+    postgres_url: str,
+) -> None:
+    """The held connection's backend is terminated under a read: that read goes again
+    through the pool and gets the value; the next read holds a new connection."""
+    store = await Store.open(postgres_url)
+    admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    try:
+        expected = await store.db.read_value(COUNTER)
+        [held] = await admin.fetch(HELD, COUNTER)
+        sleeping = "SELECT revision FROM definitions_revision, pg_sleep(1)"
+        reading = asyncio.create_task(store.db.read_value(sleeping))
+        await asyncio.sleep(0.3)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", held["pid"])
+        assert await reading == expected
+        with through_sqlalchemy() as sent:
+            assert await store.db.read_value(COUNTER) == expected
+        assert sent == []
+        [now_held] = await admin.fetch(HELD, COUNTER)
+        assert now_held["pid"] != held["pid"]
+    finally:
+        await admin.close()
+        await store.close()
