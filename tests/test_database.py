@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from sqlalchemy import Connection, Engine, event, insert, select
+from sqlalchemy import Connection, event, insert, select
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -98,20 +98,44 @@ async def create_run(store: Store, run_id: str, session_id: str, owner: str = OW
     )
 
 
+Sent = list[tuple[str, Any]]
+"""Statements, each with its parameters (a list of them for an ``executemany``)."""
+
+
+@pytest.fixture
+def sent_to_sqlite(monkeypatch: pytest.MonkeyPatch) -> Sent:
+    """Each statement the ``sqlite3`` driver is sent, on every connection opened from now on
+    (the store's inserts go to the driver's cursor, not through SQLAlchemy's events)."""
+    sent: Sent = []
+
+    class Cursor(sqlite3.Cursor):
+        def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+            sent.append((sql, parameters))
+            return super().execute(sql, parameters)
+
+        def executemany(self, sql: str, parameters: Any, /) -> Cursor:
+            parameters = list(parameters)
+            sent.append((sql, parameters))
+            return super().executemany(sql, parameters)
+
+    class Recording(sqlite3.Connection):
+        def cursor(self, factory: Any = Cursor) -> Any:
+            return super().cursor(factory)
+
+    connect = sqlite3.connect
+    recording = functools.partial(connect, factory=Recording)
+    monkeypatch.setattr(sqlite3, "connect", recording)  # aiosqlite's
+    monkeypatch.setattr(sqlite3.dbapi2, "connect", recording)  # SQLAlchemy's pysqlite's
+    return sent
+
+
 @contextmanager
-def tables_inserted_into() -> Iterator[list[str]]:
-    """The table of each INSERT sent to any engine while the block runs, in order."""
+def tables_inserted_into(sent: Sent) -> Iterator[list[str]]:
+    """The table of each INSERT sent while the block runs, in order (filled as it ends)."""
     inserts: list[str] = []
-
-    def count(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("INSERT"):
-            inserts.append(statement.split()[2])
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
-        yield inserts
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
+    before = len(sent)
+    yield inserts
+    inserts += [sql.split()[2] for sql, _ in sent[before:] if sql.startswith("INSERT")]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -349,7 +373,7 @@ async def test_runs_created_together_land_in_order_and_fail_alone(tmp_path: Path
 
 
 async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first(
-    tmp_path: Path,
+    tmp_path: Path, sent_to_sqlite: Sent
 ) -> None:
     """Whatever order a group's rows came in (here an event of a run that exists, then new
     sessions with their runs and events), each table is one INSERT, and a table goes after
@@ -357,7 +381,7 @@ async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     try:
         await create_run(store, "run_0", "ses_0")
-        with tables_inserted_into() as inserts:
+        with tables_inserted_into(sent_to_sqlite) as inserts:
             async with anyio.create_task_group() as group:
                 group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
                 # the rest of the burst waits for it, then goes as one group
@@ -374,7 +398,7 @@ async def test_a_group_of_writes_is_one_insert_per_table_the_referred_ones_first
 
 
 async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_one_by_one(
-    tmp_path: Path,
+    tmp_path: Path, sent_to_sqlite: Sent
 ) -> None:
     """An agent run and a workflow execution set different columns: in one group, a run
     whose row sets other columns than the one before is another INSERT (one statement for
@@ -393,7 +417,7 @@ async def test_runs_of_both_kinds_in_one_group_are_an_insert_each_not_written_on
     )
     try:
         await create_run(store, "run_0", "ses_0")
-        with tables_inserted_into() as inserts:
+        with tables_inserted_into(sent_to_sqlite) as inserts:
             async with anyio.create_task_group() as group:
                 group.start_soon(create_run, store, "run_1", "ses_1")  # goes at once, alone
                 group.start_soon(create_run, store, "run_2", "ses_2")  # the rest: one group
@@ -462,7 +486,7 @@ async def test_a_row_that_names_no_column_is_refused_alone_and_none_of_its_calle
 
 
 async def test_rows_go_to_the_driver_with_the_sql_and_values_a_core_insert_of_them_sends(
-    database_url: str,
+    database_url: str, sent_to_sqlite: Sent
 ) -> None:
     """Two sessions, two runs (JSON, a time with its zone, a flag, a float, columns left to
     their defaults), their events and messages (whose keys the database makes), inserted by
@@ -502,8 +526,11 @@ async def test_rows_go_to_the_driver_with_the_sql_and_values_a_core_insert_of_th
         ],
     ]
 
-    def sent(connection: Connection, write: Callable[[Connection], object]) -> list[Any]:
-        statements: list[tuple[str, Any]] = []
+    def sent(connection: Connection, write: Callable[[Connection], object]) -> Sent:
+        """What reaches the driver: on SQLite, its own; on PostgreSQL, SQLAlchemy's last step
+        before its asyncpg adapter (where ``add`` goes through SQLAlchemy's execution)."""
+        statements: Sent = []
+        before = len(sent_to_sqlite)
 
         def record(_: Any, _cursor: Any, statement: str, parameters: Any, *__: Any) -> None:
             statements.append((statement, parameters))
@@ -514,7 +541,7 @@ async def test_rows_go_to_the_driver_with_the_sql_and_values_a_core_insert_of_th
         finally:
             event.remove(connection, "before_cursor_execute", record)
             connection.rollback()
-        return statements
+        return sent_to_sqlite[before:] if connection.dialect.name == "sqlite" else statements
 
     def by_core(connection: Connection) -> None:
         for rows in tables:
