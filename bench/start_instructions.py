@@ -1,5 +1,5 @@
 """Instructions a run start costs, counted by callgrind: ``python -m bench.start_instructions
-[--starts N] [REV ...]``.
+[--starts N] [--store sqlite|postgresql|cluster] [REV ...]``.
 
 A start is scenario 2's: a POST to the native run route of an agent whose model is paced
 far apart, from the request to the frame of the run's first step (its ``step_started``), on
@@ -10,7 +10,9 @@ request's way through the app, the run's record and its launch, the response's s
 the first frames, which is what opening 250 streams a second costs a process beside the
 tokens of those already live. As with ``bench.instructions``, the count does not move with
 the machine's load (a run start's CPU time does, by a fifth), so a change of a few percent
-shows. Printed: the working tree and each ``REV`` (``git archive``).
+shows. Printed: the working tree and each ``REV`` (``git archive``). ``--store postgresql``
+or ``cluster`` counts each on a PostgreSQL database of its own (and a Redis prefix),
+as ``bench.services`` finds them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import asyncio
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from bench import services
 from bench.instructions import counted, counting, counts_table
 from bench.loopback import BENCH_ROOT
 from bench.paced_cpu import request
@@ -68,9 +73,28 @@ async def _count_starts(starts: int) -> None:
     os._exit(0)  # ending the app and its streams is not what is measured
 
 
-def per_start(source: Path, starts: int) -> float:
+STORES = ("sqlite", "postgresql", "cluster")
+
+
+@contextmanager
+def _store(store: str) -> Iterator[dict[str, str]]:
+    """The settings of one count's store: its own PostgreSQL database (and Redis prefix),
+    as a count leaves its runs live: another process counted on the same database would
+    find them orphaned and end them while it counts."""
+    if store == "sqlite":
+        yield {}
+    elif store == "postgresql":
+        with services.postgres_database() as url:
+            yield {"AGENTSTREAM_DATABASE_URL": url}
+    else:
+        with services.cluster_environment() as environment:
+            yield environment
+
+
+def per_start(source: Path, starts: int, store: str) -> float:
     """Instructions per run start, agentstream imported from ``source``."""
-    total, _ = counted(source, "bench.start_instructions", "--one", str(starts))
+    with _store(store) as env:
+        total, _ = counted(source, "bench.start_instructions", "--one", str(starts), env=env)
     return total / starts
 
 
@@ -82,12 +106,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.start_instructions", description=__doc__)
     parser.add_argument("revisions", nargs="*", metavar="REV")
     parser.add_argument("--starts", type=int, default=STARTS)
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="sqlite",
+        help="a SQLite file (the default), PostgreSQL, or cluster mode (PostgreSQL and Redis)",
+    )
     options = parser.parse_args()
-    rows = [("working tree", per_start(BENCH_ROOT, options.starts))]
+    if options.store != "sqlite" and (missing := services.unavailable()) is not None:
+        sys.exit(missing)
+    rows = [("working tree", per_start(BENCH_ROOT, options.starts, options.store))]
     for revision in options.revisions:
         with checked_out(revision) as source:
-            rows.append((revision, per_start(source, options.starts)))
-    title = f"Instructions per run start, {options.starts} counted"
+            rows.append((revision, per_start(source, options.starts, options.store)))
+    title = f"Instructions per run start on {options.store}, {options.starts} counted"
     print(counts_table(title, ("agentstream", "instructions", "to the working tree"), rows))
 
 
