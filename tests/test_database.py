@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import asyncpg
 import pytest
 from sqlalchemy import Connection, event, insert, select
 from sqlalchemy.exc import IntegrityError, StatementError
@@ -557,6 +558,38 @@ async def test_rows_go_to_the_driver_with_the_sql_and_values_a_core_insert_of_th
         tables_written = sorted(statement.split()[2] for statement, _ in core)
         assert tables_written == ["messages", "run_events", "runs", "sessions"]
         assert sorted(map(repr, ours)) == sorted(map(repr, core))  # in the order of their keys
+    finally:
+        await store.close()
+
+
+async def test_add_on_a_connection_begins_its_transaction_as_a_statement_would(
+    database_url: str,
+) -> None:
+    """``add`` on a connection with no transaction begun: committed, its rows are there for
+    a connection of its own; rolled back, none are; and either way the connection holds
+    no lock once it is given back."""
+    store = await Store.open(database_url)
+    kept, dropped = uuid.uuid4().hex, uuid.uuid4().hex
+
+    async def seen(run_id: str) -> bool:
+        """By a connection of its own, which takes the lock to write first on SQLite."""
+        if database_url.startswith("sqlite"):
+            with closing(sqlite3.connect(database_url.split("///", 1)[1], timeout=0)) as own:
+                own.execute("BEGIN IMMEDIATE")  # "database is locked" if it is held
+                found = own.execute("SELECT count(*) FROM runs WHERE id = ?", (run_id,))
+                return bool(found.fetchone()[0])
+        own_pg = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+        try:
+            return bool(await own_pg.fetchval("SELECT count(*) FROM runs WHERE id = $1", run_id))
+        finally:
+            await own_pg.close()
+
+    try:
+        for tag, end in ((kept, "commit"), (dropped, "rollback")):
+            async with store.db.engine.connect() as connection:
+                await connection.run_sync(add, [agent_run_row(f"run_{tag}")])
+                await getattr(connection, end)()
+            assert await seen(f"run_{tag}") == (tag == kept)
     finally:
         await store.close()
 

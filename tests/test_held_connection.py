@@ -6,15 +6,18 @@ connection fails."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, Pool, event
 
 from agentstream.store import Store
+from agentstream.store.clock import now
+from agentstream.store.tables import SessionRow
 
 pytestmark = pytest.mark.anyio
 
@@ -46,6 +49,26 @@ def through_sqlalchemy() -> Iterator[list[str]]:
         yield sent
     finally:
         event.remove(Engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def pool_use(pool: Pool) -> Iterator[list[str]]:
+    """The pool's connections taken and given back while the block runs, in order."""
+    used: list[str] = []
+
+    def taken(*_: Any) -> None:
+        used.append("checkout")
+
+    def given_back(*_: Any) -> None:
+        used.append("checkin")
+
+    event.listen(pool, "checkout", taken)
+    event.listen(pool, "checkin", given_back)
+    try:
+        yield used
+    finally:
+        event.remove(pool, "checkout", taken)
+        event.remove(pool, "checkin", given_back)
 
 
 @contextmanager
@@ -121,8 +144,8 @@ async def test_a_cancelled_caller_leaves_the_others_their_shared_read(
 async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_pool(
     postgres_url: str,
 ) -> None:
-    """The held connection's backend is terminated under a read: that read goes again
-    through the pool and gets the value; the next read holds a new connection."""
+    """The held connection's backend is terminated under a read: that read goes again on a
+    connection of the pool and gets the value; the next read holds a new connection."""
     store = await Store.open(postgres_url)
     admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
     try:
@@ -131,13 +154,41 @@ async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_p
         sleeping = "SELECT revision FROM definitions_revision, pg_sleep(1)"
         reading = asyncio.create_task(store.db.read_value(sleeping))
         await asyncio.sleep(0.3)
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", held["pid"])
-        assert await reading == expected
+        pool = store.db.engine.sync_engine.pool
+        with pool_use(pool) as used:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", held["pid"])
+            assert await reading == expected
+        assert used[-2:] == ["checkout", "checkin"]  # read on one of the pool's, given back
         with through_sqlalchemy() as sent:
             assert await store.db.read_value(COUNTER) == expected
         assert sent == []
         [now_held] = await admin.fetch(HELD, COUNTER)
         assert now_held["pid"] != held["pid"]
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_read_does_not_wait_for_an_insert_held_up_by_a_lock(
+    postgres_url: str,
+) -> None:
+    """Another connection holds a lock on ``sessions`` (a migration, a long transaction):
+    a session's INSERT waits for it, on the connection held for writes; the counter's read,
+    on its own, answers meanwhile (lookups, so every request, would wait too)."""
+    store = await Store.open(postgres_url)
+    admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    session = (SessionRow, {"id": f"ses_{uuid.uuid4().hex}", "agent_id": "a", "created_at": now()})
+    try:
+        expected = await admin.fetchval(COUNTER)
+        locking = admin.transaction()
+        await locking.start()
+        await admin.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+        inserting = asyncio.create_task(store.db.insert(session))
+        await asyncio.sleep(0.3)
+        assert not inserting.done()
+        assert await asyncio.wait_for(store.db.read_value(COUNTER), 5) == expected
+        await locking.rollback()
+        await inserting
     finally:
         await admin.close()
         await store.close()

@@ -30,15 +30,14 @@ from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.lowlevel
-import asyncpg
 from sqlalchemy import Connection, Dialect, Engine, bindparam, event, insert, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from agentstream.store.held_connection import LOST, Closed, HeldConnection
+from agentstream.store.held_connection import HeldConnection
 from agentstream.store.one_statement import OneStatement
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
@@ -79,14 +78,18 @@ class Database:
         ``COMMIT`` (or ``ROLLBACK``) round trips around them."""
         if engine.dialect.name == "postgresql":
             self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._held: HeldConnection | None = None
-        """On PostgreSQL through asyncpg, one of the pool's connections (if it has more than
-        one), for ``read_value`` and for ``insert``'s groups (``_one_statement``)."""
         self._one_statement: OneStatement | None = None
+        """On PostgreSQL through asyncpg, where ``insert`` writes its groups: on one of the
+        pool's connections, held (if the pool has more than one)."""
+        self._held_reads: HeldConnection | None = None
+        """On asyncpg, another of the pool's connections, held for ``read_value`` (if the
+        pool has more than two)."""
         pool = engine.sync_engine.pool
-        if engine.dialect.driver == "asyncpg" and isinstance(pool, QueuePool) and pool.size() > 1:
-            self._held = HeldConnection(engine)
-            self._one_statement = OneStatement(self._held)
+        if engine.dialect.driver == "asyncpg" and isinstance(pool, QueuePool):
+            if pool.size() > 1:
+                self._one_statement = OneStatement(HeldConnection(engine))
+            if pool.size() > 2:
+                self._held_reads = HeldConnection(engine)
         self._file: SQLiteFile | None = None
         """The same SQLite file through the standard library's driver, for ``read`` and
         ``transact``."""
@@ -99,8 +102,9 @@ class Database:
                 event.listen(timed, "handle_error", _failed)
 
     async def close(self) -> None:
-        if self._held is not None:  # its connection back to the pool, disposed below
-            await self._held.close()
+        for held in (self._one_statement, self._held_reads):  # back to the pool, disposed below
+            if held is not None:
+                await held.close()
         await self.engine.dispose()
         if self._file is not None:
             await self._file.close()
@@ -117,16 +121,14 @@ class Database:
     async def read_value(self, sql: str) -> Any:
         """The one value of ``sql``, a read without parameters, through the driver's own
         API: SQLAlchemy's execution costs ten times a read of one row (28 µs against 2.3 on
-        SQLite). On PostgreSQL it goes on the held connection, shared by the callers
+        SQLite). On PostgreSQL it goes on a held connection, shared by the callers
         waiting as it goes out (``HeldConnection.value``). Where the driver fails, the
         read goes again through SQLAlchemy, which raises its own error (a 503 when the
         database is gone)."""
-        if self._held is not None:
-            try:
-                return await self._held.value(sql)
-            except (asyncpg.PostgresError, *LOST, Closed, SQLAlchemyError):
-                pass
-        return await self.read(functools.partial(_value, sql=sql))
+        again = functools.partial(self.read, functools.partial(_value, sql=sql))
+        if self._held_reads is not None:
+            return await self._held_reads.value(sql, again)
+        return await again()
 
     async def transact(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, committed if it returns."""
@@ -275,7 +277,7 @@ class Database:
 
 
 def _value(connection: Connection, sql: str) -> Any:
-    """``Database.read_value``'s read off the held connection: through the driver's
+    """``Database.read_value``'s read on a connection of the pool: through the driver's
     cursor, and through SQLAlchemy where that fails."""
     try:
         cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -343,6 +345,8 @@ def _execute(connection: Connection, statements: list[_Statement]) -> None:
             compiled = _compiled_insert(dialect, table, tuple(rows[0]))
             connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, engine))
         return
+    if not connection.in_transaction():  # as a statement would begin it: then it commits
+        connection.begin()
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         for table, rows in statements:
@@ -352,15 +356,18 @@ def _execute(connection: Connection, statements: list[_Statement]) -> None:
             try:
                 cursor.executemany(compiled.sql, parameters)
             except dialect.loaded_dbapi.Error as exc:
-                raise _driver_error(engine, compiled.sql, parameters, exc) from exc
+                raise _driver_error(engine, compiled.sql, parameters, exc, many=True) from exc
             _INSERT_SECONDS.observe(time.perf_counter() - started)
     finally:
         cursor.close()
 
 
-def _driver_error(engine: Engine, sql: str, parameters: Any, exc: Exception) -> StatementError:
+def _driver_error(
+    engine: Engine, sql: str, parameters: Any, exc: Exception, *, many: bool = False
+) -> StatementError:
     """The driver's ``exc`` as SQLAlchemy raises it (a ``sqlite3.IntegrityError`` as an
-    ``IntegrityError``; a value no bind processor takes as a ``StatementError``)."""
+    ``IntegrityError``; a value no bind processor takes as a ``StatementError``), with the
+    parameters of ``many`` rows shown as it shows them (the first ten)."""
     return DBAPIError.instance(
         sql,
         parameters,
@@ -368,7 +375,7 @@ def _driver_error(engine: Engine, sql: str, parameters: Any, exc: Exception) -> 
         engine.dialect.loaded_dbapi.Error,
         hide_parameters=engine.hide_parameters,
         dialect=engine.dialect,
-        ismulti=False,
+        ismulti=many,
     )
 
 

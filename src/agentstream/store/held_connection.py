@@ -5,16 +5,20 @@ A checkout from SQLAlchemy's pool and a statement through its greenlet bridge co
 300,000 instructions each; asyncpg's own call on a connection already at hand, a tenth of
 that (``bench.start_instructions``). A run start makes three statements that are whole on
 their own, outside any transaction: the definitions' counter, read twice
-(``DefinitionsCache``), and its rows, inserted in one statement (``OneStatement``). Here
-they go.
+(``DefinitionsCache``), and its rows, inserted in one statement (``OneStatement``). They go
+on two held connections, one for reads and one for writes: a lookup does not wait for an
+INSERT (which a lock taken elsewhere may hold up), nor an INSERT for the reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = ["LOST", "Closed", "HeldConnection"]
@@ -62,27 +66,39 @@ class HeldConnection:
         assert self._driver is not None
         return self._driver
 
-    async def value(self, sql: str) -> Any:
+    async def value(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
         """The one value of ``sql``, a read without parameters, read once for every caller
         waiting as it goes out: they all asked before it did, so it sees what was committed
         before any of them asked. Under load a process's run starts share a read of the
-        definitions' counter, each asking while the one before was under way. Raises the
-        driver's errors (the connection dropped where they say it was lost), or ``Closed``."""
+        definitions' counter, each asking while the one before was under way. Where the
+        driver fails (the connection lost: dropped) or this is closed, ``again()`` reads
+        it, once for them all (through the pool, which raises SQLAlchemy's errors)."""
         read = self._next_reads.get(sql)
         if read is None:
-            read = self._next_reads[sql] = asyncio.create_task(self._read(sql))
-            read.add_done_callback(_retrieved)
+            read = self._next_reads[sql] = asyncio.create_task(self._read(sql, again))
+            read.add_done_callback(functools.partial(self._read_over, sql))
         return await asyncio.shield(read)  # a caller cancelled: the others still wait for it
 
-    async def _read(self, sql: str) -> Any:
+    async def _read(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
         async with self.turn:
             del self._next_reads[sql]  # from here on, a caller waits for the next read
-            driver = await self.driver()
             try:
+                driver = await self.driver()
                 return await driver.fetchval(sql)
             except LOST:
                 await self.drop()
-                raise
+            except (asyncpg.PostgresError, Closed, SQLAlchemyError):  # a checkout's, too
+                pass
+        return await again()
+
+    def _read_over(self, sql: str, read: asyncio.Task[Any]) -> None:
+        """A read that ended before its turn came (cancelled with the loop) is no longer the
+        next; and one whose every caller was cancelled has its error retrieved: nobody's,
+        and not logged."""
+        if self._next_reads.get(sql) is read:
+            del self._next_reads[sql]
+        if not read.cancelled():
+            read.exception()
 
     async def drop(self) -> None:
         """Forget the connection (lost, or in a state the driver cannot go on from): the
@@ -101,9 +117,3 @@ class HeldConnection:
             connection, self._connection, self._driver = self._connection, None, None
             if connection is not None:
                 await connection.close()
-
-
-def _retrieved(read: asyncio.Task[Any]) -> None:
-    """A read whose every caller was cancelled: its error is nobody's, and not logged."""
-    if not read.cancelled():
-        read.exception()

@@ -5,8 +5,8 @@ Through SQLAlchemy's async engine that was a checkout from the pool, ``BEGIN``, 
 ``executemany`` for each table and ``COMMIT``: five trips through its greenlet bridge, 1.39
 million of a start's 3.88 million instructions (``bench.start_instructions``). Here the
 group is one statement, each table's INSERT a data-modifying CTE, whole on its own without
-a transaction around it; and it goes out on asyncpg's own connection, the one the store
-holds (``HeldConnection``): one trip, no checkout, and a start costs 2.93 million.
+a transaction around it; and it goes out on asyncpg's own connection, one the store holds
+for it (``HeldConnection``): one trip, no checkout (a start cost 2.93 million then).
 
 Where the database answers the statement with an error (a row's fault), nothing went in
 and the group goes SQLAlchemy's way, which raises SQLAlchemy's errors, as every other
@@ -40,10 +40,14 @@ _INSERT_SECONDS = STORE_SECONDS.labels("insert")
 
 
 class OneStatement:
-    """Groups of rows inserted in one statement each, on the held connection."""
+    """Groups of rows inserted in one statement each, on a connection held for them."""
 
     def __init__(self, held: HeldConnection) -> None:
         self._held = held
+
+    async def close(self) -> None:
+        """Once the write under way is over, give the connection back to the pool."""
+        await self._held.close()
 
     async def insert(self, shape: Shape, rows: list[list[tuple[Any, ...]]]) -> bool:
         """Insert each INSERT's ``rows`` (the driver's values, as ``_CompiledInsert`` makes
