@@ -6,9 +6,9 @@ and as JSON (``GET /api/agents/runs/{id}``), with the run log's retention at 0 s
 from the store. Baseline: a bare endpoint that selects the same rows with ``sqlite3`` and
 writes them as SSE, the least any replay can do.
 
-Database statements per run, counted in the server by a SQLAlchemy ``before_cursor_execute``
-listener, for runs of 10, 1,000 and 10,000 tokens: they must not grow with the tokens,
-since token deltas are forwarded-only.
+Database statements per run, counted in the server as the ``sqlite3`` driver is sent them
+(``bench.servers``; an ``executemany`` one), for runs of 10, 1,000 and 10,000 tokens: they
+must not grow with the tokens, since token deltas are forwarded-only.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -25,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -84,12 +83,7 @@ def tool_calls(request: ModelRequest) -> Iterator[ModelPart]:
 
 def agentstream_app(data_dir: Path) -> Starlette:
     os.environ.setdefault("AGENTSTREAM_OFFLINE_TOKEN_DELAY", "0")
-    statements: Counter[str] = Counter()
-
-    @event.listens_for(Engine, "before_cursor_execute")
-    def count(*args: Any) -> None:
-        statements[args[2].split(None, 1)[0].upper()] += 1
-
+    statements = _counted_statements()
     app = create_app(
         Settings(data_dir=data_dir, demo=True),
         models=[
@@ -109,6 +103,32 @@ def agentstream_app(data_dir: Path) -> Starlette:
         return dict(statements)
 
     return app
+
+
+def _counted_statements() -> Counter[str]:
+    """The statements the ``sqlite3`` driver is sent from now on (an ``executemany`` one), by
+    their first word: on the cursors of every connection opened, SQLAlchemy's (``pysqlite``
+    and ``aiosqlite``) and the store's own, which sends its INSERTs and some reads past
+    SQLAlchemy's events."""
+    statements: Counter[str] = Counter()
+
+    class Cursor(sqlite3.Cursor):
+        def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+            statements[sql.split(None, 1)[0].upper()] += 1
+            return super().execute(sql, parameters)
+
+        def executemany(self, sql: str, parameters: Any, /) -> Cursor:
+            statements[sql.split(None, 1)[0].upper()] += 1
+            return super().executemany(sql, parameters)
+
+    class Counting(sqlite3.Connection):
+        def cursor(self, factory: Any = Cursor) -> Any:
+            return super().cursor(factory)
+
+    counting = functools.partial(sqlite3.connect, factory=Counting)
+    setattr(sqlite3, "connect", counting)  # noqa: B010 (aiosqlite's, replaced)
+    setattr(sqlite3.dbapi2, "connect", counting)  # noqa: B010 (SQLAlchemy's pysqlite's)
+    return statements
 
 
 def baseline_app(frames: list[bytes]) -> Starlette:
