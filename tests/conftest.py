@@ -23,7 +23,7 @@ import httpx
 import pytest
 from filelock import FileLock
 from hypothesis import settings
-from sqlalchemy import make_url, text
+from sqlalchemy import Engine, event, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentstream.config import Settings
@@ -357,6 +357,23 @@ def postgres_admin(statement: str) -> None:
 
 
 T = TypeVar("T")
+
+
+@contextmanager
+def through_sqlalchemy(containing: str = "") -> Iterator[list[str]]:
+    """The statements holding ``containing`` sent through SQLAlchemy's execution (on any
+    engine) while the block runs: not those a store sends on its driver's own API."""
+    sent: list[str] = []
+
+    def record(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if containing in statement:
+            sent.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
 
 
 def on_its_own_loop(work: Callable[[], Awaitable[T]]) -> T:

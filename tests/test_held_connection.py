@@ -13,11 +13,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import Engine, Pool, event
+from sqlalchemy import Pool, event
 
 from agentstream.store import Store
 from agentstream.store.clock import now
 from agentstream.store.tables import SessionRow
+from conftest import through_sqlalchemy
 
 pytestmark = pytest.mark.anyio
 
@@ -33,22 +34,6 @@ HELD = (
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@contextmanager
-def through_sqlalchemy() -> Iterator[list[str]]:
-    """The statements sent through SQLAlchemy's execution (any engine) while the block
-    runs."""
-    sent: list[str] = []
-
-    def record(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        sent.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
 
 
 @contextmanager

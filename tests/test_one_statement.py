@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import Engine, event, select, text
+from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from agentstream.store import Store
 from agentstream.store.database import NewRow, add
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
+from conftest import through_sqlalchemy
 
 pytestmark = pytest.mark.anyio
 
@@ -33,22 +32,6 @@ MARKER = "WITH i0 AS (INSERT INTO sessions%"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@contextmanager
-def through_sqlalchemy() -> Iterator[list[str]]:
-    """The INSERTs sent through SQLAlchemy's execution (any engine) while the block runs."""
-    sent: list[str] = []
-
-    def record(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "INSERT" in statement:
-            sent.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
 
 
 def a_group(tag: str, count: int) -> list[NewRow]:
@@ -122,7 +105,7 @@ async def test_a_group_is_one_statement_that_writes_what_sqlalchemys_inserts_wri
     store = await Store.open(postgres_url)
     ours, core = uuid.uuid4().hex, uuid.uuid4().hex
     try:
-        with through_sqlalchemy() as sent:
+        with through_sqlalchemy("INSERT") as sent:
             await store.db.insert(*a_group(ours, count))
         assert sent == []
         admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
@@ -159,7 +142,7 @@ async def test_a_held_connection_the_server_ended_is_replaced_before_the_next_wr
                 break
         await asyncio.sleep(0.2)
 
-        with through_sqlalchemy() as sent:
+        with through_sqlalchemy("INSERT") as sent:
             await store.db.insert(*a_group(second, 1))
         assert sent == []
         now_held = [row["pid"] for row in await admin.fetch(HELD, MARKER)]
@@ -188,7 +171,7 @@ async def test_a_connection_lost_under_the_statement_fails_the_write_and_it_is_n
 
     try:
         monkeypatch.setattr(asyncpg.Connection, "execute", lost_after)
-        with through_sqlalchemy() as sent, pytest.raises(OperationalError) as failed:
+        with through_sqlalchemy("INSERT") as sent, pytest.raises(OperationalError) as failed:
             await store.db.insert(*a_group(tag, 1))
         monkeypatch.undo()
         assert failed.value.connection_invalidated
@@ -227,7 +210,7 @@ async def test_a_pool_of_one_connection_is_not_held_and_writes_go_through_it(
     store = await Store.open(postgres_url, pool_size=1)
     tag = uuid.uuid4().hex
     try:
-        with through_sqlalchemy() as sent:
+        with through_sqlalchemy("INSERT") as sent:
             await store.db.insert(*a_group(tag, 2))
         assert len(sent) == 4
         assert len(await written(store, tag)) == 10
@@ -254,7 +237,7 @@ async def test_a_group_with_two_inserts_into_one_table_goes_in_their_order(
         "owner": OWNER,
     }
     try:
-        with through_sqlalchemy() as sent:
+        with through_sqlalchemy("INSERT") as sent:
             await store.db.insert(*a_group(tag, 1), (RunRow, execution))
         assert [statement.split()[2] for statement in sent].count("runs") == 2
         assert await store.runs.exists(f"run_{tag}_w")
