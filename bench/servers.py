@@ -106,10 +106,10 @@ def agentstream_app(data_dir: Path) -> Starlette:
 
 
 def _counted_statements() -> Counter[str]:
-    """The statements the ``sqlite3`` driver is sent from now on (an ``executemany`` one), by
-    their first word: on the cursors of every connection opened, SQLAlchemy's (``pysqlite``
-    and ``aiosqlite``) and the store's own, which sends its INSERTs and some reads past
-    SQLAlchemy's events."""
+    """The statements the ``sqlite3`` driver is sent on a cursor from now on (an
+    ``executemany`` one), by their first word, on every connection opened: SQLAlchemy's
+    (``pysqlite`` and ``aiosqlite``) and the store's own, which sends its INSERTs and some
+    reads past SQLAlchemy's events. Not a connection's own ``execute`` (the pragmas)."""
     statements: Counter[str] = Counter()
 
     class Cursor(sqlite3.Cursor):

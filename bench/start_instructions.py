@@ -74,6 +74,7 @@ async def _count_starts(starts: int) -> None:
 
 
 STORES = ("sqlite", "postgresql", "cluster")
+STORE_SETTINGS = ("AGENTSTREAM_DATABASE_URL", "AGENTSTREAM_REDIS_URL", "AGENTSTREAM_REDIS_PREFIX")
 
 
 @contextmanager
@@ -113,6 +114,12 @@ def main() -> None:
         help="a SQLite file (the default), PostgreSQL, or cluster mode (PostgreSQL and Redis)",
     )
     options = parser.parse_args()
+    for setting in (
+        "AGENTSTREAM_DATABASE_URL",
+        "AGENTSTREAM_REDIS_URL",
+        "AGENTSTREAM_REDIS_PREFIX",
+    ):
+        os.environ.pop(setting, None)  # the store is ``--store``'s, whatever is exported
     if options.store != "sqlite" and (missing := services.unavailable()) is not None:
         sys.exit(missing)
     rows = [("working tree", per_start(BENCH_ROOT, options.starts, options.store))]

@@ -105,8 +105,9 @@ Sent = list[tuple[str, Any]]
 
 @pytest.fixture
 def sent_to_sqlite(monkeypatch: pytest.MonkeyPatch) -> Sent:
-    """Each statement the ``sqlite3`` driver is sent, on every connection opened from now on
-    (the store's inserts go to the driver's cursor, not through SQLAlchemy's events)."""
+    """Each statement the ``sqlite3`` driver is sent on a cursor, on every connection opened
+    from now on (the store's inserts go to the driver's cursor, not through SQLAlchemy's
+    events); not a connection's own ``execute`` (the store's pragmas)."""
     sent: Sent = []
 
     class Cursor(sqlite3.Cursor):

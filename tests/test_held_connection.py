@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from sqlalchemy import Pool, event
 
-from agentstream.store import Store
+from agentstream.store import Store, held_connection
 from agentstream.store.clock import now
 from agentstream.store.tables import SessionRow
 from conftest import through_sqlalchemy
@@ -91,7 +91,7 @@ async def test_callers_waiting_as_a_read_goes_out_share_it_and_later_ones_read_a
         before = await admin.fetchval(COUNTER)
         with through_sqlalchemy() as sent, held_reads(monkeypatch) as (got, answered, answer):
             first = asyncio.create_task(store.db.read_value(COUNTER))
-            await answered.wait()
+            await asyncio.wait_for(answered.wait(), 10)
             await admin.execute(MOVE_ON)
             later = [asyncio.create_task(store.db.read_value(COUNTER)) for _ in range(3)]
             await asyncio.sleep(0.1)
@@ -115,7 +115,7 @@ async def test_a_cancelled_caller_leaves_the_others_their_shared_read(
         expected = await store.db.read_value(COUNTER)
         with held_reads(monkeypatch) as (got, answered, answer):
             leaving, staying = (asyncio.create_task(store.db.read_value(COUNTER)) for _ in "ab")
-            await answered.wait()
+            await asyncio.wait_for(answered.wait(), 10)
             leaving.cancel()
             answer.set()
             assert await staying == expected
@@ -138,7 +138,11 @@ async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_p
         [held] = await admin.fetch(HELD, COUNTER)
         sleeping = "SELECT revision FROM definitions_revision, pg_sleep(1)"
         reading = asyncio.create_task(store.db.read_value(sleeping))
-        await asyncio.sleep(0.3)
+        running = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query = $2"
+        for _ in range(500):  # until it is under way there
+            if await admin.fetchval(running, held["pid"], sleeping):
+                break
+            await asyncio.sleep(0.01)
         pool = store.db.engine.sync_engine.pool
         with pool_use(pool) as used:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", held["pid"])
@@ -147,6 +151,30 @@ async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_p
         with through_sqlalchemy() as sent:
             assert await store.db.read_value(COUNTER) == expected
         assert sent == []
+        [now_held] = await admin.fetch(HELD, COUNTER)
+        assert now_held["pid"] != held["pid"]
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_read_with_no_answer_in_time_is_read_again_through_the_pool(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held connection's read has no answer within ``READ_TIMEOUT`` (a connection a
+    proxy dropped without a word would never answer): it goes again on one of the pool's,
+    and the held connection is replaced."""
+    store = await Store.open(postgres_url)
+    admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""))
+    monkeypatch.setattr(held_connection, "READ_TIMEOUT", 0.2)
+    try:
+        expected = await store.db.read_value(COUNTER)
+        [held] = await admin.fetch(HELD, COUNTER)
+        with pool_use(store.db.engine.sync_engine.pool) as used:
+            slow = "SELECT revision FROM definitions_revision, pg_sleep(0.5)"
+            assert await store.db.read_value(slow) == expected
+        assert used[-2:] == ["checkout", "checkin"]
+        await store.db.read_value(COUNTER)
         [now_held] = await admin.fetch(HELD, COUNTER)
         assert now_held["pid"] != held["pid"]
     finally:

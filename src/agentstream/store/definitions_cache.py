@@ -9,8 +9,8 @@ database keeps a counter that every change to those tables moves on, by triggers
 the ``agentstream keys`` commands. A lookup reads that counter first, one row, and reads
 the definition itself only when the counter has moved since it was kept. So a revoked key
 is refused, and an edited agent used, from the very next request, in every process. (On
-PostgreSQL lookups waiting together share a read of the counter that goes out after they
-asked, ``Database.read_value``.)
+PostgreSQL, with a pool of more than two, lookups waiting together share a read of the
+counter that goes out after they asked, ``Database.read_value``.)
 """
 
 from __future__ import annotations

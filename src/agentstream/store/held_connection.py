@@ -18,10 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["LOST", "Closed", "HeldConnection"]
+__all__ = ["LOST", "READ_TIMEOUT", "Closed", "HeldConnection"]
 
 LOST = (
     asyncpg.PostgresConnectionError,  # ``ConnectionDoesNotExistError``: gone mid-statement
@@ -32,6 +31,13 @@ LOST = (
 """What the driver raises where the connection was lost, or left in a state it cannot go
 on from, with no answer to the statement. (A ``PostgresConnectionError`` is a
 ``PostgresError`` too, which is an answer.)"""
+
+
+READ_TIMEOUT = 10.0
+"""Seconds a read of one value waits for its answer on the held connection before it goes
+through the pool: a read by key answers in well under a millisecond, and a connection lost
+without a word (a proxy's, a NAT's) would hold every lookup of the process until TCP gives
+up, some fifteen minutes."""
 
 
 class Closed(Exception):
@@ -80,14 +86,16 @@ class HeldConnection:
         return await asyncio.shield(read)  # a caller cancelled: the others still wait for it
 
     async def _read(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
+        """A checkout that fails (the pool busy for ``POOL_WAIT``, the database gone) fails
+        the read: through the pool it would wait as long again."""
         async with self.turn:
             del self._next_reads[sql]  # from here on, a caller waits for the next read
             try:
                 driver = await self.driver()
-                return await driver.fetchval(sql)
-            except LOST:
+                return await driver.fetchval(sql, timeout=READ_TIMEOUT)
+            except LOST:  # ``TimeoutError`` too: a connection a proxy dropped without a word
                 await self.drop()
-            except (asyncpg.PostgresError, Closed, SQLAlchemyError):  # a checkout's, too
+            except (asyncpg.PostgresError, Closed):
                 pass
         return await again()
 
