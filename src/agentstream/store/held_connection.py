@@ -77,8 +77,9 @@ class HeldConnection:
         waiting as it goes out: they all asked before it did, so it sees what was committed
         before any of them asked. Under load a process's run starts share a read of the
         definitions' counter, each asking while the one before was under way. Where the
-        driver fails (the connection lost: dropped) or this is closed, ``again()`` reads
-        it, once for them all (through the pool, which raises SQLAlchemy's errors)."""
+        driver fails (the connection lost: dropped; no answer in ``READ_TIMEOUT``) or this
+        is closed, ``again()`` reads it, once for them all (through the pool, which raises
+        SQLAlchemy's errors)."""
         read = self._next_reads.get(sql)
         if read is None:
             read = self._next_reads[sql] = asyncio.create_task(self._read(sql, again))
