@@ -259,15 +259,9 @@ class Database:
         makes (a message's) would follow their order here."""
         statements = _statements(row for group in inserts for row in group if row is not None)
         if self._one_statement is not None and statements and _one_a_table(statements):
-            shape = tuple(
-                _compiled_insert(self.engine.dialect, t, tuple(r[0])) for t, r in statements
-            )
-            engine = self.engine.sync_engine
-            values = [
-                compiled.parameters(rows, engine)
-                for compiled, (_, rows) in zip(shape, statements, strict=True)
-            ]
-            if await self._one_statement.insert(shape, values):
+            prepared = _driver_inserts(self.engine.sync_engine, statements)
+            shape = tuple(compiled for compiled, _ in prepared)
+            if await self._one_statement.insert(shape, [values for _, values in prepared]):
                 return
         if len(statements) > 1 or self._autocommit is None:
             await self.transact(functools.partial(_execute, statements=statements))
@@ -339,27 +333,37 @@ def _execute(connection: Connection, statements: list[_Statement]) -> None:
     SQLAlchemy's execution (an execution context, the events, a cursor a statement) was
     a ninth of a run start's instructions; with no connection to lose, nothing of it is
     missed but its error, raised as it raises it (``IntegrityError``, ...)."""
-    dialect, engine = connection.dialect, connection.engine
-    if dialect.name != "sqlite":
-        for table, rows in statements:
-            compiled = _compiled_insert(dialect, table, tuple(rows[0]))
-            connection.exec_driver_sql(compiled.sql, compiled.parameters(rows, engine))
+    engine = connection.engine
+    if connection.dialect.name != "sqlite":
+        for compiled, parameters in _driver_inserts(engine, statements):
+            connection.exec_driver_sql(compiled.sql, parameters)
         return
     if not connection.in_transaction():  # as a statement would begin it: then it commits
         connection.begin()
     cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
-        for table, rows in statements:
-            compiled = _compiled_insert(dialect, table, tuple(rows[0]))
-            parameters = compiled.parameters(rows, engine)
+        for compiled, parameters in _driver_inserts(engine, statements):
             started = time.perf_counter()
             try:
                 cursor.executemany(compiled.sql, parameters)
-            except dialect.loaded_dbapi.Error as exc:
+            except engine.dialect.loaded_dbapi.Error as exc:
                 raise _driver_error(engine, compiled.sql, parameters, exc, many=True) from exc
             _INSERT_SECONDS.observe(time.perf_counter() - started)
     finally:
         cursor.close()
+
+
+def _driver_inserts(
+    engine: Engine, statements: list[_Statement]
+) -> list[tuple[_CompiledInsert, list[Any]]]:
+    """Each INSERT compiled for the engine's dialect, with its rows' values as the driver
+    takes them: all of them made before any goes out (a value no column takes fails its
+    caller's group before anything is sent)."""
+    inserts = []
+    for table, rows in statements:
+        compiled = _compiled_insert(engine.dialect, table, tuple(rows[0]))
+        inserts.append((compiled, compiled.parameters(rows, engine)))
+    return inserts
 
 
 def _driver_error(
