@@ -41,7 +41,7 @@ from agentstream.events import (
     ToolResult,
     Usage,
 )
-from agentstream.server.streams import encode_events, native
+from agentstream.server.streams import _token_sse, encode_events, native
 from agentstream.views.native import NativeFrameAdapter, frame
 
 META: dict[str, Any] = {"run_id": "run_1", "seq": 7, "ts": 1.5}
@@ -196,7 +196,8 @@ def test_live_viewers_are_not_shown_entity_text_twice() -> None:
 def test_a_tokens_frame_on_the_wire_is_the_encoders_to_the_byte(
     delta: str, separator: str, seq: int, ids: bool
 ) -> None:
-    """A live stream writes a token's frame as JSON at once (``streams.native``), every other
+    """A live stream writes a token's frame as JSON at once (``streams.native``), or as its
+    SSE text at once where it writes the token through (``streams._token_sse``), every other
     frame through the encoder: the same bytes as the encoder's, whatever the text (escapes,
     lone surrogates, U+007F), and as the standard library's ``json.dumps``."""
     token = TextDelta(run_id="r", seq=seq, ts=0.0, step=1, delta=delta, separator=separator)
@@ -206,5 +207,5 @@ def test_a_tokens_frame_on_the_wire_is_the_encoders_to_the_byte(
         [token], lambda _: [shown], ids=ids
     )
     data = json.dumps(shown, separators=(",", ":"), allow_nan=False)
-    assert encode_events([token], native) == f"data: {data}\n\n".encode()
+    assert encode_events([token], native) == f"data: {data}\n\n".encode() == _token_sse(token)
     assert encode_events([token], native, ids=True) == sse.encode(data, id=seq).encode()

@@ -48,12 +48,27 @@ Render = Callable[[Event], Iterable[Frame]]
 """A view: the frames one event becomes on a surface (often none or one)."""
 
 
+_TOKEN_JSON = '{{"seq":{},"event":"content_delta","delta":{}}}'
+"""A text token's native frame (``frame(event, live=True)``) as ``to_json`` writes it, byte
+for byte (the same string escaping, no spaces), with its seq and its delta's JSON left open:
+filled, in a seventh of the time. Tokens are most of the frames a stream sends."""
+
+_TOKEN_SSE = "data: " + _TOKEN_JSON + "\n\n"
+"""The same as its SSE text (``encode_events((event,), native)``)."""
+
+
 def _token_json(event: TextDelta) -> JSONText:
-    """A text token's native frame (``frame(event, live=True)``) as ``to_json`` writes it,
-    byte for byte (the same string escaping, no spaces), in a seventh of the time: tokens
-    are most of the frames a stream sends."""
+    """A text token's native frame as JSON text."""
+    return JSONText(
+        _TOKEN_JSON.format(event.seq, encode_basestring_ascii(event.separator + event.delta))
+    )
+
+
+def _token_sse(event: TextDelta) -> bytes:
+    """A text token's native frame as SSE, for a stream with no ``id:`` lines: in one call,
+    where ``encode_events`` made it in four (a tenth of a paced token's instructions)."""
     delta = encode_basestring_ascii(event.separator + event.delta)
-    return JSONText(f'{{"seq":{event.seq},"event":"content_delta","delta":{delta}}}')
+    return _TOKEN_SSE.format(event.seq, delta).encode()
 
 
 BURST = 0.001
@@ -240,6 +255,7 @@ class _LiveFrames:
         "_failed",
         "_ids",
         "_last",
+        "_native_tokens",
         "_render",
         "_subscription",
         "_trailer",
@@ -264,6 +280,8 @@ class _LiveFrames:
         self._render = render
         self._trailer = trailer
         self._ids = ids
+        self._native_tokens = render is native and not ids
+        """Text tokens go out as ``_token_sse`` writes them."""
         self._ends = ends
         self._write: Callable[[bytes], bool] = _not_through
         self._last = 0.0
@@ -288,7 +306,10 @@ class _LiveFrames:
             burst, self._last = event.ts - self._last < BURST, event.ts
             if burst or (self._ends is not None and self._ends(event)):
                 return False
-            chunk = encode_events((event,), self._render, ids=self._ids)
+            if type(event) is TextDelta and self._native_tokens:
+                chunk = _token_sse(event)
+            else:
+                chunk = encode_events((event,), self._render, ids=self._ids)
             if chunk and not self._write(chunk):
                 self._unsent = event.seq
                 return False
