@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
@@ -101,6 +101,23 @@ class _Logged:
         return self._log.text(self._run_id, self._kind, after=self._after, count=self._count)
 
 
+class _InOrder(asyncio.Lock):
+    """A run's ordering lock, whether it is held kept in ``held``: read once a token, where
+    ``locked()`` is a call. asyncio's, not anyio's: that one keeps a queue for waiters from
+    the start, 760 bytes a live run, where this one makes it once a task waits."""
+
+    held = False
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        super().release()
+        self.held = False
+
+
 class RunContext:
     """What the runtime needs of the outside world while a run executes."""
 
@@ -132,11 +149,9 @@ class RunContext:
         self._store = store
         self._sink = sink
         self._seq = seq
-        self._in_order = asyncio.Lock()
+        self._in_order = _InOrder()
         """Held from stamping an event to its sink being done with it, so seqs go out in
-        order; a token waits for it only where it is held (``emit_token``). asyncio's, not
-        anyio's: that one keeps a queue for waiters from the start, 760 bytes a live run,
-        where this one makes it once a task waits."""
+        order; a token waits for it only where it is held (``emit_token``)."""
 
     def count(self, usage: Usage) -> Usage:
         """Add a turn's usage to the run's, priced at the model's rates; that usage, priced."""
@@ -177,7 +192,7 @@ class RunContext:
         overtaken), else the ``emit`` to await, at once (it takes its seq when awaited).
         ``emit`` is a coroutine, and a coroutine and its keywords made for each token were
         3.7% of a token's instructions."""
-        if self._log is None or self._in_order.locked():
+        if self._log is None or self._in_order.held:
             fields = {"separator": separator} if kind is TextDelta else {}
             return self.emit(kind, step=step, delta=delta, **fields)
         self._seq += 1
