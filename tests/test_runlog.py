@@ -322,6 +322,32 @@ async def test_a_viewer_that_keeps_up_reads_a_burst_as_it_was_appended() -> None
     assert [e.seq for e in await log.subscribe("r").next_batch()] == list(range(1, 121))
 
 
+@pytest.mark.parametrize(
+    "odd_one",
+    [("first", 1, None), ("reasoning", 1, None), ("text", 2, None), ("text", 1, "b")],
+    ids=["a separator", "another kind", "another step", "another block"],
+)
+async def test_tokens_read_together_join_the_pack_before_them_only_where_each_goes_on_with_it(
+    odd_one: tuple[str, int, str | None],
+) -> None:
+    """Read by a viewer that keeps up, a stream's tokens are packed eight at a time, onto
+    the pack before them where they all go on with it; where one of them does not (the odd
+    one, amid the second eight), each goes where it belongs: what comes back out is what
+    went in."""
+    log = RunLog()
+    log.open("r")
+    viewer = log.subscribe("r")
+    text = ("text", 1, None)
+    script = [text] * (_Stream.RECENT + 3) + [odd_one] + [text] * (_Stream.RECENT + 4)
+    appended = [token(seq, *kind) for seq, kind in enumerate(script, start=1)]
+    for event in appended:
+        log.append(event)
+        await viewer.next_batch()
+    (stream,) = log._streams.values()
+    assert len(stream.recent) < _Stream.RECENT
+    assert await log.subscribe("r").next_batch() == appended
+
+
 async def test_a_viewer_that_leaves_lets_the_log_pack_what_it_held_unread() -> None:
     """Kept for late viewers after the run ends, a stream does not keep as they are the
     events a slow viewer held unpacked while it read."""
