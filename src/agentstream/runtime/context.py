@@ -106,7 +106,9 @@ class _InOrder(asyncio.Lock):
     ``locked()`` is a call. asyncio's, not anyio's: that one keeps a queue for waiters from
     the start, 760 bytes a live run, where this one makes it once a task waits."""
 
-    held = False
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
 
     async def acquire(self) -> Literal[True]:
         await super().acquire()
