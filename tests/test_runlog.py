@@ -323,12 +323,18 @@ async def test_a_viewer_that_keeps_up_reads_a_burst_as_it_was_appended() -> None
 
 
 @pytest.mark.parametrize(
-    "odd_one",
-    [("first", 1, None), ("reasoning", 1, None), ("text", 2, None), ("text", 1, "b")],
-    ids=["a separator", "another kind", "another step", "another block"],
+    ("kind", "odd_one"),
+    [
+        ("text", ("first", 1, None)),
+        ("text", ("reasoning", 1, None)),
+        ("text", ("text", 2, None)),
+        ("text", ("text", 1, "b")),
+        ("reasoning", ("text", 1, None)),
+    ],
+    ids=["a separator", "another kind", "another step", "another block", "amid reasoning"],
 )
 async def test_tokens_read_together_join_the_pack_before_them_only_where_each_goes_on_with_it(
-    odd_one: tuple[str, int, str | None],
+    kind: str, odd_one: tuple[str, int, str | None]
 ) -> None:
     """Read by a viewer that keeps up, a stream's tokens are packed eight at a time, onto
     the pack before them where they all go on with it; where one of them does not (the odd
@@ -337,14 +343,14 @@ async def test_tokens_read_together_join_the_pack_before_them_only_where_each_go
     log = RunLog()
     log.open("r")
     viewer = log.subscribe("r")
-    text = ("text", 1, None)
-    script = [text] * (_Stream.RECENT + 3) + [odd_one] + [text] * (_Stream.RECENT + 4)
-    appended = [token(seq, *kind) for seq, kind in enumerate(script, start=1)]
+    same = (kind, 1, None)
+    script = [same] * (_Stream.RECENT + 3) + [odd_one] + [same] * (_Stream.RECENT + 4)
+    appended = [token(seq, *made) for seq, made in enumerate(script, start=1)]
     for event in appended:
         log.append(event)
         await viewer.next_batch()
     (stream,) = log._streams.values()
-    assert len(stream.recent) < _Stream.RECENT
+    assert [type(entry) for entry in stream.packed] == [_Deltas, type(appended[11]), _Deltas]
     assert await log.subscribe("r").next_batch() == appended
 
 
@@ -520,7 +526,7 @@ async def test_a_turns_text_and_reasoning_are_their_pieces_joined_whatever_they_
 async def test_a_token_is_emitted_at_once_unless_an_event_ahead_of_it_is_still_on_its_way() -> None:
     """A token of the run's own goes into the log at once, with nothing to await; while a
     persisted event is still being written, the token waits for it and comes after it, its
-    fields as given."""
+    fields as given; once it is written, tokens go at once again."""
     written = asyncio.Event()
 
     class Slow(_Kept):
@@ -548,3 +554,4 @@ async def test_a_token_is_emitted_at_once_unless_an_event_ahead_of_it_is_still_o
         TextDelta(run_id="r", seq=3, ts=ANY, step=2, delta="after", separator=STEP_SEPARATOR),
         ReasoningDelta(run_id="r", seq=4, ts=ANY, step=2, delta="hmm"),
     ]
+    assert ctx.emit_token(TextDelta, 2, "at once again") is None  # nothing is on its way
