@@ -27,7 +27,7 @@ from agentstream.runlog import RunLog, Take
 from agentstream.runtime.tools import Tool
 from agentstream.server import create_app, streaming, streams
 from agentstream.server.streaming import EventStreamResponse, StreamsOutside
-from agentstream.server.streams import DONE, _LiveFrames, native
+from agentstream.server.streams import DONE, _LiveFrames, encode_events, native
 from agentstream.sse import SSEDecoder
 from agentstream.views.frames import Frame
 from conftest import (
@@ -459,11 +459,13 @@ async def _append(log: RunLog, *seqs: int) -> None:
     await asyncio.create_task(run(), name="run")
 
 
-async def _streaming(log: RunLog, client: _Client, render: Callable[[Event], Any] = native) -> Any:
+async def _streaming(
+    log: RunLog, client: _Client, render: Callable[[Event], Any] = native, *, ids: bool = False
+) -> Any:
     """The response's task, named ``response``, streaming run ``r`` to ``client``, once it
     waits for the run's first event."""
     response = EventStreamResponse(
-        _LiveFrames(log.subscribe("r"), render, trailer=DONE), keepalive=5
+        _LiveFrames(log.subscribe("r"), render, trailer=DONE, ids=ids), keepalive=5
     )
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -509,6 +511,29 @@ def test_a_waiting_streams_frames_go_out_from_the_runs_task_and_a_slow_clients_f
         (DONE, "response"),
         (b"", "response"),
     ]
+
+
+@pytest.mark.parametrize("ids", [False, True], ids=["a POST stream", "a follow"])
+def test_a_token_written_through_is_the_frame_its_stream_sends_any_other_way(
+    monkeypatch: pytest.MonkeyPatch, ids: bool
+) -> None:
+    """Written through from the run's task, a token goes out as the frame the response's
+    task would have sent of it: a follow's with its ``id:`` line."""
+    monkeypatch.setattr(streaming, "SENDS_IN_ANY_TASK", (__name__,))
+    monkeypatch.setattr(streams, "BURST", 0.0)
+
+    async def scenario() -> list[tuple[bytes, str]]:
+        log, client = RunLog(), _Client()
+        log.open("r")
+        response = await _streaming(log, client, ids=ids)
+        await _append(log, 1)
+        log.close("r")
+        await response
+        return client.sent
+
+    written = encode_events([_token(1)], native, ids=ids)
+    assert written.startswith(b"id: 1\n") == ids
+    assert asyncio.run(scenario())[0] == (written, "run")
 
 
 def test_a_burst_of_tokens_goes_out_from_the_responses_task_in_one_send(

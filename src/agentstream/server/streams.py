@@ -58,10 +58,10 @@ def _token_json(event: TextDelta) -> JSONText:
 
 def _token_sse(event: TextDelta) -> bytes:
     """The same frame as SSE text, for a stream with no ``id:`` lines
-    (``encode_events((event,), native)``): in one call, where ``encode_events`` made it in
-    four. Its own f-string, not ``_token_json``'s in another (a call more) nor a template
-    both fill (``str.format``, twice an f-string's time); a property test holds the two to
-    the encoder's bytes."""
+    (``encode_events((event,), native)``): in one call, where ``encode_events``, ``native``
+    and ``_token_json`` made it in three. Its own f-string, not ``_token_json``'s in another
+    (a call more) nor a template both fill (``str.format``, twice an f-string's time); a
+    property test holds the two to the encoder's bytes."""
     delta = encode_basestring_ascii(event.separator + event.delta)
     return f'data: {{"seq":{event.seq},"event":"content_delta","delta":{delta}}}\n\n'.encode()
 
