@@ -102,8 +102,8 @@ class _Deltas:
 
     def goes_on_with_all(self, events: list[Event]) -> bool:
         """``events`` (the next after this pack's last) all belong in it: told in one loop,
-        where ``groupby`` by ``_pack_key`` made a call and a tuple an event (an eighth of a
-        paced token's instructions)."""
+        where ``groupby`` by ``_pack_key`` made a call and a tuple an event (1,500 of a
+        paced token's 59,000 instructions)."""
         if len(self.times) >= self.MOST:
             return False
         kind, block_id, step = self.kind, self.block_id, self.step
@@ -229,7 +229,8 @@ class _Stream:
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
-        if self.waiting:  # offered to each; those it wakes leave the list (in one call)
+        if self.waiting:  # offered to each here, not in a call of its own; those it wakes
+            # leave the list
             woken = False
             for viewer in self.waiting:
                 if not viewer.waits_on_after(event):
