@@ -21,8 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic.json_schema import models_json_schema
+
+from agentstream.server.auth import BEARER_SCHEME
 
 __all__ = [
     "CANCELS_RUN",
@@ -264,13 +267,28 @@ def _with_errors(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _with_bearer(schema: dict[str, Any]) -> None:
+    """Wherever FastAPI documents the ``apikey`` scheme (``auth.require_api_key``), a bearer
+    token does as well: either will do."""
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    if "apikey" not in schemes:
+        return
+    schemes["bearer"] = jsonable_encoder(BEARER_SCHEME, by_alias=True, exclude_none=True)
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            if {"apikey": []} in operation.get("security", []):
+                operation["security"].append({"bearer": []})
+
+
 def document_errors(app: FastAPI) -> None:
-    """Make ``app``'s OpenAPI document declare the server's error responses."""
+    """Make ``app``'s OpenAPI document declare the server's error responses, and the
+    bearer token beside the ``apikey`` scheme."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = _with_errors(generate())
+            _with_bearer(app.openapi_schema)
             _with_examples(app.openapi_schema)
             _hoist_frames(app.openapi_schema)
         return app.openapi_schema
