@@ -6,7 +6,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request
-from fastapi.openapi.models import APIKey, APIKeyIn, HTTPBearer
+from fastapi.openapi import models
 from fastapi.security.base import SecurityBase
 
 from agentstream.errors import Forbidden
@@ -57,7 +57,7 @@ def same_origin(request: Request) -> bool:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-BEARER_SCHEME = HTTPBearer(description="An API key")
+BEARER_SCHEME = models.HTTPBearer(description="An API key")
 """The other way to present a key, ``Authorization: Bearer KEY``: the OpenAPI document
 offers it beside ``apikey`` wherever a key is asked for (``server.openapi``)."""
 
@@ -69,14 +69,15 @@ class ApiKeyCheck(SecurityBase):
     dependencies a request where this is one (6% of a run start's instructions)."""
 
     def __init__(self) -> None:
-        self.model = APIKey(**{"in": APIKeyIn.header}, name="apikey", description="An API key")
+        self.model = models.APIKey(
+            **{"in": models.APIKeyIn.header}, name="apikey", description="An API key"
+        )
         self.scheme_name = "apikey"
 
     async def __call__(self, request: Request) -> str:
         """The caller's key name (who did it, for the record); 401 without a valid key. The
-        services are looked up here, not declared: FastAPI solves a dependency's parameters
-        again wherever it is declared (it calls it once), and every request of the key's
-        routes came through here: 1.9% of a run start's instructions."""
+        services are looked up here, not declared: a declared one would be one more
+        dependency to solve, on every request of the key's routes."""
         svc = await services(request)
         headers = request.headers
         key = api_key_of(headers.get("apikey"), headers.get("authorization"))

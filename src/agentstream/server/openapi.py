@@ -12,6 +12,9 @@ Two sources of statuses: those that follow from an operation's shape (a body: 40
 a key: 401; an id in the path: 404; parameters: 422), so a new route is documented without
 being listed; and those only the route knows (409, 429, 503, ...), declared where it is
 defined with ``responses=refusals(...)``. Either way the body's schema is filled in here.
+
+A key is two schemes, either will do: ``apikey``, which FastAPI documents from the key's
+dependency (``auth.require_api_key``), and ``bearer``, added here beside it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
-from agentstream.server.auth import BEARER_SCHEME
+from agentstream.server.auth import BEARER_SCHEME, require_api_key
 
 __all__ = [
     "CANCELS_RUN",
@@ -268,16 +271,17 @@ def _with_errors(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_bearer(schema: dict[str, Any]) -> None:
-    """Wherever FastAPI documents the ``apikey`` scheme (``auth.require_api_key``), a bearer
-    token does as well: either will do."""
+    """Wherever FastAPI documents the key's scheme (``auth.require_api_key``: ``apikey``), a
+    bearer token does as well: either will do."""
+    key = require_api_key.scheme_name
     schemes = schema.get("components", {}).get("securitySchemes", {})
-    if "apikey" not in schemes:
+    if key not in schemes:
         return
     schemes["bearer"] = jsonable_encoder(BEARER_SCHEME, by_alias=True, exclude_none=True)
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
-            if {"apikey": []} in operation.get("security", []):
-                operation["security"].append({"bearer": []})
+            security = operation.get("security", [])
+            security += [{"bearer": each[key]} for each in security if key in each]
 
 
 def document_errors(app: FastAPI) -> None:
