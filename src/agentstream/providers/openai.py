@@ -6,7 +6,7 @@ replayed on the next turn. The caller builds the ``openai.AsyncOpenAI`` client.
 from __future__ import annotations
 
 import json
-import uuid
+import secrets
 from collections.abc import AsyncGenerator, AsyncIterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -246,7 +246,7 @@ class OpenAIChatModel(_OpenAIModel):
                         raise self._explained("bad_response", "a tool call started without a name")
                     # Some compatible servers send no id: make one that no other turn reuses.
                     call = calls[piece.index] = _Call(
-                        piece.id or f"call_{uuid.uuid4().hex[:16]}", function.name
+                        piece.id or f"call_{secrets.token_hex(8)}", function.name
                     )
                     yield ToolCallStartPart(call.id, call.name)
                 if function is not None and function.arguments:

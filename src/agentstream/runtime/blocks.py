@@ -4,7 +4,7 @@ run manager."""
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -52,7 +52,7 @@ class RuntimeAgentRunner:
         model = self.models.get(spec.model)
         # Not a run: nothing is kept, every event goes to the workflow, which keeps its own.
         context = RunContext(
-            f"wfa_{uuid.uuid4().hex}", sink=events, pricing=self.models.info(spec.model)
+            f"wfa_{secrets.token_hex(16)}", sink=events, pricing=self.models.info(spec.model)
         )
         state = AgentState.begin(spec, [], message)
         try:

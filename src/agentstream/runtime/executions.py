@@ -7,7 +7,7 @@ log), and its ending is recorded with its terminal event in one transaction.
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from functools import partial
 from typing import Any
 
@@ -58,7 +58,7 @@ class ExecutionManager:
         recorded, it starts, and is cancelled with the caller.
         """
         self.supervisor.admit()
-        run_id = f"wfx_{uuid.uuid4().hex}"
+        run_id = f"wfx_{secrets.token_hex(16)}"
         ctx = RunContext(run_id, log=self.supervisor.log, store=self.store)
         execution = self.engine.execution(workflow, ctx)
 

@@ -10,8 +10,8 @@ session's memory, and its terminal event.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -119,7 +119,7 @@ class RunManager:
         self.check_agent(spec)  # a pinned snapshot may name what this server no longer has
         new_session = session_id is None
         if session_id is None:
-            session_id = f"ses_{uuid.uuid4().hex}"
+            session_id = f"ses_{secrets.token_hex(16)}"
         else:
             owner = await self.store.session_agent(session_id)
             new_session = owner is None and create_session
@@ -148,7 +148,7 @@ class RunManager:
             state = AgentState.begin(
                 spec, history, message, instructions=instructions, new_history=bool(earlier)
             )
-            run_id = run_id or f"run_{uuid.uuid4().hex}"
+            run_id = run_id or f"run_{secrets.token_hex(16)}"
             started = time.time()
             first = (
                 RunStarted(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -96,7 +96,7 @@ class Supervisor:
         """``peers``: the other processes serving the same runs, in cluster mode."""
         self.log = log
         self.peers = peers
-        self.process_id = f"prc_{uuid.uuid4().hex}"
+        self.process_id = f"prc_{secrets.token_hex(16)}"
         """This process, as the owner of the runs it executes (leases)."""
         self._live: dict[str, LiveRun] = {}
         self._tasks: set[asyncio.Task[None]] | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
@@ -370,7 +370,7 @@ async def _stream(
     settings, target = deployment.settings, deployment.target
     release = await _admit(svc.chat_access, settings, client)
     policy = _policy(settings, protocol)
-    conversation_id = conversation_id or uuid.uuid4().hex
+    conversation_id = conversation_id or secrets.token_hex(16)
 
     try:
         if isinstance(target, StoredAgent):

@@ -10,7 +10,7 @@ body, which ``server.streaming.StreamsOutside`` sends in the context it started 
 from __future__ import annotations
 
 import re
-import uuid
+import secrets
 from collections.abc import Awaitable
 
 from fastapi import FastAPI
@@ -53,7 +53,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
-        request_id = given.decode() if _ACCEPTED.fullmatch(given) else uuid.uuid4().hex
+        request_id = given.decode() if _ACCEPTED.fullmatch(given) else secrets.token_hex(16)
         header = (b"x-request-id", request_id.encode())
 
         def send_with_id(message: Message) -> Awaitable[None]:

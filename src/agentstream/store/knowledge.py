@@ -4,7 +4,7 @@ behind."""
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -120,7 +120,7 @@ class KnowledgeStore:
         dimensions: int,
     ) -> KnowledgeBase:
         row = KnowledgeBaseRow(
-            id=kb_id or f"kb_{uuid.uuid4().hex}",
+            id=kb_id or f"kb_{secrets.token_hex(16)}",
             name=name,
             description=description,
             embedding_model=embedding_model,
@@ -177,7 +177,7 @@ class KnowledgeStore:
     ) -> StoredDocument | None:
         """The document with all its chunks, or nothing (None if the base is gone)."""
         row = DocumentRow(
-            id=f"doc_{uuid.uuid4().hex}",
+            id=f"doc_{secrets.token_hex(16)}",
             knowledge_base_id=kb_id,
             name=name,
             media_type=media_type,
@@ -292,7 +292,7 @@ class KnowledgeStore:
         self, *, run_id: str, call_id: str, query: str, citations: Sequence[Citation]
     ) -> ContextHandler:
         row = ContextHandlerRow(
-            id=f"ctx_{uuid.uuid4().hex}",
+            id=f"ctx_{secrets.token_hex(16)}",
             run_id=run_id,
             call_id=call_id,
             query=query,
