@@ -229,9 +229,8 @@ class _Stream:
         self.count += 1
         if len(self.recent) % self.RECENT == 0:
             self.pack_read()
-        if self.waiting:  # offered to each here, not in a call of its own; those it wakes
-            # leave the list
-            woken = False
+        if self.waiting:  # offered to each waiting viewer here, not in a call of its own
+            woken = False  # those it wakes leave the list
             for viewer in self.waiting:
                 if not viewer.waits_on_after(event):
                     woken = True
@@ -253,7 +252,9 @@ class _Stream:
         if count > 0:
             read = self.recent[:count]
             last = self.packed[-1] if self.packed else None
-            if type(last) is _Deltas and last.goes_on_with_all(read):  # a paced stream's
+            if type(last) is _Deltas and last.goes_on_with_all(read):  # a paced stream's:
+                # grown here as ``_pack`` grows a pack, not in a call of its own (a call a
+                # batch measured at +0.2 to +0.7% of a paced token's instructions)
                 last.extend(cast(list[Token], read))
                 self.held += count
                 self.ends[-1] = self.held
