@@ -5,15 +5,24 @@ routed as FastAPI routes it (found, 404, 405)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
+import fastapi.dependencies.utils
+import fastapi.routing
 import httpx
 import pytest
-from fastapi import FastAPI
-from fastapi.routing import APIRoute
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, iter_route_contexts
+from pydantic import BaseModel, field_validator
 
-from agentstream.server import agents, chat, openai
-from agentstream.server.routing import Router
+from agentstream.config import Settings
+from agentstream.server import agents, chat, create_app, openai
+from agentstream.server.errors import install_error_handlers
+from agentstream.server.routing import DirectCall, Route, Router
+from agentstream.server.validation import check_request
 from fakes.server import run_app
 
 
@@ -91,3 +100,171 @@ def test_the_routes_that_start_runs_come_first_in_their_routers(router: Router, 
     first = router.routes[0]
     assert isinstance(first, APIRoute)
     assert (first.path, first.methods) == (path, {"POST"})
+
+
+class Item(BaseModel):
+    text: str
+    count: int = 1
+
+    @field_validator("text")
+    @classmethod
+    def _not_shouted(cls, text: str) -> str:
+        if text.isupper():
+            raise ValueError("is shouted")
+        return text
+
+
+solved = Counter[str]()
+"""How often each dependency of the app below was called."""
+
+
+async def guard(request: Request) -> None:
+    solved["guard"] += 1
+    if request.headers.get("x-key") != "k":
+        raise HTTPException(401, "no key")
+
+
+async def caller(request: Request) -> str:
+    solved["caller"] += 1
+    return "someone"
+
+
+async def echo(
+    name: Annotated[str, PathParam(max_length=5)],
+    item: Item,
+    request: Request,
+    who: Annotated[str, Depends(caller)],
+    again: Annotated[str, Depends(caller)],
+    tag: Annotated[str | None, Header(alias="x-tag")] = None,
+) -> Response:
+    """Every kind of value a route served directly takes."""
+    return JSONResponse(
+        {
+            "name": name,
+            "item": item.model_dump(),
+            "who": who,
+            "again": again,
+            "tag": tag,
+            "method": request.method,
+        }
+    )
+
+
+def _app(router: APIRouter, **kwargs: Any) -> FastAPI:
+    router.add_api_route("/items/{name}", echo, methods=["POST"])
+    app = FastAPI(**kwargs)
+    install_error_handlers(app)
+    app.include_router(router)
+    return app
+
+
+BAD_OR_ODD: list[tuple[dict[str, str], bytes]] = [
+    ({"content-type": "application/json"}, b'{"text": "hi", "count": "2"}'),
+    ({"content-type": "application/json; charset=utf-8"}, b'{"text": "hi"}'),
+    ({"content-type": "text/plain"}, b'{"text": "hi"}'),
+    ({}, b'{"text": "hi"}'),
+    ({"content-type": "application/json"}, b""),
+    ({"content-type": "application/json"}, b"null"),
+    ({"content-type": "application/json"}, b"[]"),
+    ({"content-type": "application/json"}, b'{"text": "hi"'),
+    ({"content-type": "application/json"}, b'{"text": "HI"}'),
+    ({"content-type": "application/json"}, b'{"count": "many"}'),
+    ({"content-type": "application/json"}, b'{"text": "h\\u0000i"}'),
+    ({"content-type": "application/json", "x-key": ""}, b'{"text": "hi"}'),
+    ({"content-type": "application/json", "x-key": ""}, b'{"count": "many"}'),
+]
+
+
+@pytest.mark.parametrize(("headers", "body"), BAD_OR_ODD)
+@pytest.mark.parametrize("path", ["/items/x", "/items/toolong", "/items/x%00"])
+def test_a_route_answers_as_fastapis_own_route_does(
+    headers: dict[str, str], body: bytes, path: str
+) -> None:
+    """Valid, invalid, refused in a dependency, or all at once: a ``Route`` gives the
+    answer a plain ``APIRoute`` gives (the check of every request, ``check_request``, made
+    by the app for the plain one), and calls each dependency as often."""
+    plain = _app(APIRouter(dependencies=[Depends(guard)]), dependencies=[Depends(check_request)])
+    ours = _app(Router(dependencies=[Depends(guard)]))
+    answers = []
+    for app in (plain, ours):
+        solved.clear()
+        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
+            response = client.post(path, content=body, headers={"x-key": "k", **headers})
+        answers.append((response.status_code, response.json(), dict(solved)))
+    assert answers[0] == answers[1]
+
+
+def test_a_valid_request_is_served_without_fastapis_dependency_solving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """And any other goes to FastAPI's handler."""
+    solves = Counter[str]()
+    solve = fastapi.dependencies.utils.solve_dependencies  # as fastapi.routing calls it
+
+    async def counted(**kwargs: Any) -> Any:
+        solves[kwargs["dependant"].call.__name__] += 1
+        return await solve(**kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    app = _app(Router(dependencies=[Depends(guard)]))
+    with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
+        valid = client.post("/items/x", json={"text": "hi"}, headers={"x-key": "k", "x-tag": "t"})
+        assert valid.json() == {
+            "name": "x",
+            "item": {"text": "hi", "count": 1},
+            "who": "someone",
+            "again": "someone",
+            "tag": "t",
+            "method": "POST",
+        }
+        assert not solves
+        assert (
+            client.post("/items/x", json={"text": "HI"}, headers={"x-key": "k"}).status_code == 422
+        )
+        assert solves["echo"] == 1
+
+
+def test_every_route_checks_its_request_first_and_is_served_with_the_dependencies_it_declares(
+    tmp_path: Path,
+) -> None:
+    """``check_request`` comes with the route class, not the app; and a route served
+    directly calls what it declares, so no router may be included with dependencies of its
+    own (FastAPI would add them to the route it serves, not to the route's own list)."""
+    app = create_app(Settings(data_dir=tmp_path))
+    routes = [
+        context
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, APIRoute)
+    ]
+    assert len(routes) > 60
+    for context in routes:
+        route = context.original_route
+        assert isinstance(route, Route), context.path
+        served = [sub.call for sub in context.dependant.dependencies]
+        assert served[0] is check_request, context.path
+        assert served == [sub.call for sub in route.dependant.dependencies], context.path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/agents/{agent_id}/run/stream",
+        "/api/chat/{slug}",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/api/agents/{agent_id}/ui-messages",
+        "/api/agents/{agent_id}/ag-ui",
+        "/api/workflows/{workflow_id}/run/stream",
+    ],
+)
+def test_the_routes_that_start_runs_are_served_directly(tmp_path: Path, path: str) -> None:
+    """Their dependencies take the request alone and they return a ``Response``: a valid
+    start skips FastAPI's dependency solving (a sixth of a run start's instructions)."""
+    app = create_app(Settings(data_dir=tmp_path))
+    (route,) = [
+        context.original_route
+        for context in iter_route_contexts(app.routes)
+        if context.path == path and context.methods == {"POST"}
+    ]
+    assert isinstance(route, Route)
+    assert DirectCall.of(route) is not None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from ag_ui.core import RunAgentInput, UserMessage
 from ag_ui.core.types import ResumeEntry
-from fastapi import Depends
+from fastapi import Depends, Response
 from pydantic import ConfigDict
 
 from agentstream.agents import StoredAgent
@@ -67,6 +67,7 @@ class RunInput(RunAgentInput):
 
 @router.post(
     "/{agent_id}/ag-ui",
+    response_class=Response,
     responses={
         **event_stream(
             "AG-UI events",
@@ -87,7 +88,7 @@ class RunInput(RunAgentInput):
         ),
     },
 )
-async def run_agent(agent_id: str, body: RunInput, svc: Svc, caller: Caller) -> Any:
+async def run_agent(agent_id: str, body: RunInput, svc: Svc, caller: Caller) -> Response:
     """Run the agent on the thread's new message, or, with ``resume``, continue the run
     that stopped for approvals. Leaving a new run's stream cancels it."""
     agent = await agent_or_404(svc, agent_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -84,7 +84,7 @@ async def agent_or_404(svc: Services, agent_id: str) -> StoredAgent:
         ),
     },
 )
-async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Any:
+async def run_stream(agent_id: str, body: RunRequest, svc: Svc) -> Response:
     """Run the agent and stream its events. Disconnecting cancels the run."""
     agent = await agent_or_404(svc, agent_id)
     run = await svc.runs.start(

@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -55,12 +55,12 @@ from agentstream.server.observability import install_observability
 from agentstream.server.openai import router as openai_router
 from agentstream.server.openapi import document_errors
 from agentstream.server.pages import StaticAssets, page, script
+from agentstream.server.routing import Route
 from agentstream.server.runs import router as runs_router
 from agentstream.server.services import Services, services
 from agentstream.server.sessions import router as sessions_router
 from agentstream.server.streaming import StreamsOutside
 from agentstream.server.ui_messages import router as ui_messages_router
-from agentstream.server.validation import check_request
 from agentstream.server.workflows import router as workflows_router
 from agentstream.store import Store
 from agentstream.store.knowledge import KnowledgeStore
@@ -198,7 +198,6 @@ def create_app(
         summary="Run AI agents and stream everything they do over Server-Sent Events.",
         version=version("agentstream"),
         lifespan=lifespan,
-        dependencies=[Depends(check_request)],
         docs_url=None,  # install_api_docs serves them, with no CDN
         redoc_url=None,
     )
@@ -262,6 +261,12 @@ def create_app(
 
 
 class _App(FastAPI):
+    def __init__(self, **kwargs: Any) -> None:
+        """The app's own routes are ``Route``s too, as the routers' are (``Router``): each
+        checks its request (``check_request``), and serves a valid one directly."""
+        super().__init__(**kwargs)
+        self.router.route_class = Route
+
     def build_middleware_stack(self) -> ASGIApp:
         """Streams are sent from outside the stack (``StreamsOutside``), unless middleware
         that handles whole responses was added to the app (``BaseHTTPMiddleware``, which

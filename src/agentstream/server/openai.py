@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -231,7 +231,7 @@ def _stream(what: str, protocol: str) -> dict[int | str, dict[str, Any]]:
         ),
     },
 )
-async def chat_completions(body: ChatCompletionRequest, request: Request, svc: Svc) -> Any:
+async def chat_completions(body: ChatCompletionRequest, request: Request, svc: Svc) -> Response:
     """Run the agent on the conversation. Streamed, leaving cancels the run."""
     agent = await _agent(svc, body.model)
     earlier, message = _conversation(body.messages, "messages")
@@ -251,8 +251,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, svc: S
     events = await _to_end(svc.supervisor, run.run_id, request)
     match events[-1]:
         case RunCompleted():
-            return chat_completion(
-                events, completion_id=completion_id, model=agent.spec.id, created=created
+            return JSONResponse(
+                chat_completion(
+                    events, completion_id=completion_id, model=agent.spec.id, created=created
+                )
             )
         case RunPaused(awaiting=awaiting):
             body_ = chat_error(awaiting_approval(run.run_id, awaiting), "approval_required")
@@ -312,7 +314,7 @@ async def _to_end(runs: Supervisor, run_id: str, request: Request) -> list[Event
         ),
     },
 )
-async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> Any:
+async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> Response:
     """Run the agent as a response: streamed (leaving cancels it, unless ``background``),
     or answered once it has ended, or at once with ``background``."""
     agent = await _agent(svc, body.model)
@@ -345,8 +347,8 @@ async def create_response(body: ResponseRequest, request: Request, svc: Svc) -> 
     if body.stream:
         return stream_started(svc.supervisor, run.run_id, view, keepalive=keepalive)
     if body.background:
-        return view.response
-    return _as_it_stands(view, await _to_end(svc.supervisor, run.run_id, request))
+        return JSONResponse(view.response)
+    return JSONResponse(_as_it_stands(view, await _to_end(svc.supervisor, run.run_id, request)))
 
 
 async def _no_store() -> list[Event]:

@@ -1,16 +1,34 @@
-"""The app's routers: FastAPI's, passed over at once by a request that none of their routes'
-paths could be."""
+"""The app's routers and routes: FastAPI's, a router passed over at once by a request that
+none of its routes' paths could be, a route that serves a valid request without FastAPI's
+dependency solving."""
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import Dependant
+from fastapi.dependencies.utils import (
+    get_typed_return_annotation,
+    request_body_to_args,
+    request_params_to_args,
+)
+from fastapi.params import Form
+from fastapi.routing import APIRoute
+from fastapi.sse import EventSourceResponse
 from starlette._utils import get_route_path  # the path routes match, as FastAPI's own do
+from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-__all__ = ["Router"]
+from agentstream.server.validation import check_request
+
+__all__ = ["Route", "Router"]
 
 
 class Router(APIRouter):
@@ -29,6 +47,9 @@ class Router(APIRouter):
     ``openai``): the routes before them cost those requests as much again.
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(route_class=Route, **kwargs)
+
     _starts: tuple[int, re.Pattern[str]] | None = None
     """How many routes the pattern was made from, and the pattern of their fixed starts."""
 
@@ -45,3 +66,191 @@ class Router(APIRouter):
             pattern = re.compile("|".join(map(re.escape, sorted(starts))))
             self._starts = (len(self.routes), pattern)
         return self._starts[1]
+
+
+class Route(APIRoute):
+    """An ``APIRoute`` whose first dependency is ``check_request`` (so no route of the app's
+    misses it), and which serves a request it can tell is valid itself: its dependencies
+    called in order, then its endpoint, with the values FastAPI would have given them.
+
+    FastAPI's handler solves each dependency recursively, with four parameter lists and a
+    cache key apiece: a run start's three cost about half of its handler's 5,700 bytecodes
+    (docs/benchmarks.md). A route is served directly where ``DirectCall.of`` can say how.
+    Any other request (a body not sent as ``application/json`` or not JSON, a parameter or
+    body that does not validate, a dependency overridden) goes to FastAPI's handler, which
+    answers it as ever: validation errors, and their order against what the dependencies
+    refuse, stay FastAPI's.
+    """
+
+    def __init__(
+        self, path: str, endpoint: Callable[..., Any], *, dependencies: Any = None, **kwargs: Any
+    ) -> None:
+        given = list(dependencies or ())
+        if not any(depends.dependency is check_request for depends in given):
+            given.insert(0, Depends(check_request))  # (an older FastAPI makes an included
+            # route again from the route, with its dependencies)
+        super().__init__(path, endpoint, dependencies=given, **kwargs)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        direct = DirectCall.of(self)
+        if direct is None:
+            return handler
+
+        async def handle(request: Request) -> Response:
+            arguments = None
+            if not request.app.dependency_overrides:
+                arguments = await direct.arguments(request)
+            if arguments is None:
+                return await handler(request)
+            return await direct.call(request, arguments)
+
+        return handle
+
+
+@dataclass(frozen=True, slots=True)
+class DirectCall:
+    """How a route's valid request is served without FastAPI's dependency solving: what is
+    read from the request, what is called with it, in FastAPI's order."""
+
+    params: tuple[tuple[Sequence[Any], Callable[[Request], Mapping[str, Any]]], ...]
+    """Each kind of parameter the endpoint takes (path, query, header, cookie): its fields
+    and where a request has them."""
+    body: list[Any]
+    """The body's field, or none."""
+    dependencies: tuple[tuple[str | None, Callable[..., Awaitable[Any]], str | None, bool], ...]
+    """Each dependency: the endpoint's parameter it fills (None: the route's), what is
+    called, its parameter for the request (if it takes it), and whether a value it gave
+    earlier is used again."""
+    request_name: str | None
+    endpoint: Callable[..., Awaitable[Response]]
+
+    @classmethod
+    def of(cls, route: APIRoute) -> DirectCall | None:
+        """None unless every dependency is ``async`` and takes the request alone, the body
+        is one model sent as JSON (or there is none), and the endpoint is ``async`` and
+        returns a ``Response``, which FastAPI passes on as it is."""
+        dependant = route.dependant
+        response_class = route.response_class
+        if isinstance(response_class, DefaultPlaceholder):
+            response_class = response_class.value
+        returns = get_typed_return_annotation(route.endpoint)
+        if (
+            not _is_async(dependant)
+            or _special(dependant)
+            or len(dependant.body_params) > 1
+            or any(isinstance(field.field_info, Form) for field in dependant.body_params)
+            or not (inspect.isclass(returns) and issubclass(returns, Response))
+            or issubclass(response_class, EventSourceResponse)
+        ):
+            return None
+        dependencies = []
+        for sub in dependant.dependencies:
+            if sub.dependencies or _params(sub) or sub.body_params or _special(sub):
+                return None
+            if not _is_async(sub) or sub.concurrency is not None or sub.own_oauth_scopes:
+                return None
+            assert sub.call is not None
+            dependencies.append((sub.name, sub.call, sub.request_param_name, sub.use_cache))
+        return cls(
+            params=_params(dependant),
+            body=dependant.body_params,
+            dependencies=tuple(dependencies),
+            request_name=dependant.request_param_name,
+            endpoint=dependant.call,  # type: ignore[arg-type]
+        )
+
+    async def arguments(self, request: Request) -> dict[str, Any] | None:
+        """The endpoint's parameters and body, validated as FastAPI validates them; None
+        where FastAPI's handler must answer."""
+        values: dict[str, Any] = {}
+        if self.body:
+            if request.headers.get("content-type") != "application/json":
+                return None
+            try:
+                body = await request.json() if await request.body() else None
+            except HTTPException:  # the body over its limit (``errors.BodyLimit``)
+                raise
+            except Exception:  # not JSON, or the client left: FastAPI's handler says so
+                return None
+            if body is None:
+                return None
+            found, errors = await request_body_to_args(self.body, body, embed_body_fields=False)
+            if errors:
+                return None
+            values.update(found)
+        for fields, received in self.params:
+            found, errors = request_params_to_args(fields, received(request))
+            if errors:
+                return None
+            values.update(found)
+        return values
+
+    async def call(self, request: Request, values: dict[str, Any]) -> Response:
+        """The dependencies, each once (unless it says otherwise), then the endpoint."""
+        solved: dict[object, Any] = {}
+        for name, dependency, request_name, cached in self.dependencies:
+            if cached and dependency in solved:
+                value = solved[dependency]
+            elif request_name is None:
+                value = solved[dependency] = await dependency()
+            else:
+                value = solved[dependency] = await dependency(**{request_name: request})
+            if name is not None:
+                values[name] = value
+        if self.request_name is not None:
+            values[self.request_name] = request
+        return await self.endpoint(**values)
+
+
+def _params(
+    dependant: Dependant,
+) -> tuple[tuple[Sequence[Any], Callable[[Request], Mapping[str, Any]]], ...]:
+    """The kinds of parameter ``dependant`` takes, each with where a request has them."""
+    kinds: tuple[tuple[Sequence[Any], Callable[[Request], Mapping[str, Any]]], ...] = (
+        (dependant.path_params, _path_params),
+        (dependant.query_params, _query_params),
+        (dependant.header_params, _headers),
+        (dependant.cookie_params, _cookies),
+    )
+    return tuple((fields, received) for fields, received in kinds if fields)
+
+
+def _path_params(request: Request) -> Mapping[str, Any]:
+    return request.path_params
+
+
+def _query_params(request: Request) -> Mapping[str, Any]:
+    return request.query_params
+
+
+def _headers(request: Request) -> Mapping[str, Any]:
+    return request.headers
+
+
+def _cookies(request: Request) -> Mapping[str, Any]:
+    return request.cookies
+
+
+def _special(dependant: Dependant) -> bool:
+    """Whether ``dependant`` takes what only FastAPI's handler gives (a response to set
+    headers on, background tasks, security scopes, a websocket)."""
+    return any(
+        name is not None
+        for name in (
+            dependant.websocket_param_name,
+            dependant.http_connection_param_name,
+            dependant.response_param_name,
+            dependant.background_tasks_param_name,
+            dependant.security_scopes_param_name,
+        )
+    )
+
+
+def _is_async(dependant: Dependant) -> bool:
+    """Whether calling ``dependant`` makes a coroutine (an ``async def``, or an object whose
+    ``__call__`` is one): FastAPI would run anything else in a thread, or as a generator."""
+    call = dependant.call
+    if call is None or inspect.isclass(call):
+        return False
+    return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)

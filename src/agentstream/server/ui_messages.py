@@ -104,6 +104,7 @@ _STREAM = event_stream(
 
 @router.post(
     "/{agent_id}/ui-messages",
+    response_class=Response,
     responses={
         **_STREAM,
         **refusals(
@@ -115,7 +116,7 @@ _STREAM = event_stream(
         ),
     },
 )
-async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Caller) -> Any:
+async def send_messages(agent_id: str, body: ChatRequest, svc: Svc, caller: Caller) -> Response:
     """The answer to the chat's last message, or, when the last message is the assistant's
     with decisions on its approvals, the rest of that answer."""
     agent = await agent_or_404(svc, agent_id)
@@ -156,7 +157,7 @@ async def _decide(
     return run.id, await decide_all(svc, run.id, decisions, caller=caller, field="messages")
 
 
-async def _stream(svc: Services, run_id: str, after: int) -> Any:
+async def _stream(svc: Services, run_id: str, after: int) -> Response:
     """The run's message from its start, or, ``after`` a pause, what it goes on with."""
     view = UIMessageChunks(run_id)
 

@@ -230,7 +230,7 @@ async def list_executions(workflow_id: str, svc: Svc) -> list[ExecutionSummary]:
 )
 async def run_stream(
     workflow_id: str, svc: Svc, body: Annotated[RunIn | None, Body()] = None
-) -> Any:
+) -> Response:
     """Execute the saved workflow and stream its events: ``data:`` lines only, each frame
     with its ``seq``. Disconnecting cancels the execution."""
     stored = await workflow_or_404(svc, workflow_id)
