@@ -16,6 +16,9 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request,
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel, field_validator
 
 from agentstream.config import Settings
@@ -102,6 +105,10 @@ def test_the_routes_that_start_runs_come_first_in_their_routers(router: Router, 
     assert (first.path, first.methods) == (path, {"POST"})
 
 
+calls: list[str] = []
+"""What the apps below called, in order."""
+
+
 class Item(BaseModel):
     text: str
     count: int = 1
@@ -109,23 +116,30 @@ class Item(BaseModel):
     @field_validator("text")
     @classmethod
     def _not_shouted(cls, text: str) -> str:
+        calls.append("validate")
         if text.isupper():
             raise ValueError("is shouted")
         return text
 
 
-solved = Counter[str]()
-"""How often each dependency of the app below was called."""
+async def everywhere() -> None:
+    calls.append("app")
+
+
+async def included(request: Request) -> None:
+    calls.append("included")
+    if request.headers.get("x-in") == "no":
+        raise HTTPException(403, "not in")
 
 
 async def guard(request: Request) -> None:
-    solved["guard"] += 1
+    calls.append("guard")
     if request.headers.get("x-key") != "k":
         raise HTTPException(401, "no key")
 
 
 async def caller(request: Request) -> str:
-    solved["caller"] += 1
+    calls.append("caller")
     return "someone"
 
 
@@ -150,28 +164,35 @@ async def echo(
     )
 
 
-def _app(router: APIRouter, **kwargs: Any) -> FastAPI:
+def _app(router_class: type[APIRouter], **app: Any) -> FastAPI:
+    """``echo`` behind dependencies of the app, of the router's inclusion and of the router;
+    a plain ``APIRouter`` checks its requests as ``Route`` does."""
+    checked = [Depends(check_request)] if router_class is APIRouter else []
+    router = router_class(dependencies=[*checked, Depends(guard)])
     router.add_api_route("/items/{name}", echo, methods=["POST"])
-    app = FastAPI(**kwargs)
-    install_error_handlers(app)
-    app.include_router(router)
-    return app
+    served = FastAPI(dependencies=[Depends(everywhere)], **app)
+    install_error_handlers(served)
+    served.include_router(router, dependencies=[Depends(included)])
+    return served
 
 
 BAD_OR_ODD: list[tuple[dict[str, str], bytes]] = [
     ({"content-type": "application/json"}, b'{"text": "hi", "count": "2"}'),
-    ({"content-type": "application/json; charset=utf-8"}, b'{"text": "hi"}'),
+    ({"content-type": "Application/JSON; charset=utf-8"}, b'{"text": "hi"}'),
+    ({"content-type": "application/merge-patch+json"}, b'{"text": "hi"}'),
     ({"content-type": "text/plain"}, b'{"text": "hi"}'),
     ({}, b'{"text": "hi"}'),
     ({"content-type": "application/json"}, b""),
     ({"content-type": "application/json"}, b"null"),
     ({"content-type": "application/json"}, b"[]"),
     ({"content-type": "application/json"}, b'{"text": "hi"'),
+    ({"content-type": "application/json"}, b'{"text": "\xff"}'),
     ({"content-type": "application/json"}, b'{"text": "HI"}'),
     ({"content-type": "application/json"}, b'{"count": "many"}'),
     ({"content-type": "application/json"}, b'{"text": "h\\u0000i"}'),
     ({"content-type": "application/json", "x-key": ""}, b'{"text": "hi"}'),
-    ({"content-type": "application/json", "x-key": ""}, b'{"count": "many"}'),
+    ({"content-type": "application/json", "x-key": ""}, b'{"text": "HI"}'),
+    ({"content-type": "application/json", "x-in": "no"}, b'{"count": "many"}'),
 ]
 
 
@@ -181,23 +202,41 @@ def test_a_route_answers_as_fastapis_own_route_does(
     headers: dict[str, str], body: bytes, path: str
 ) -> None:
     """Valid, invalid, refused in a dependency, or all at once: a ``Route`` gives the
-    answer a plain ``APIRoute`` gives (the check of every request, ``check_request``, made
-    by the app for the plain one), and calls each dependency as often."""
-    plain = _app(APIRouter(dependencies=[Depends(guard)]), dependencies=[Depends(check_request)])
-    ours = _app(Router(dependencies=[Depends(guard)]))
+    answer a plain ``APIRoute`` gives, and calls what it calls (the dependencies of the
+    app, of the inclusion and of the route, the body's validator), in the same order."""
     answers = []
-    for app in (plain, ours):
-        solved.clear()
-        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
+    for router_class in (APIRouter, Router):
+        calls.clear()
+        with (
+            run_app(_app(router_class), name="The app") as url,
+            httpx.Client(base_url=url) as client,
+        ):
             response = client.post(path, content=body, headers={"x-key": "k", **headers})
-        answers.append((response.status_code, response.json(), dict(solved)))
+        answers.append((response.status_code, response.json(), list(calls)))
     assert answers[0] == answers[1]
+
+
+def test_with_fastapis_telemetry_on_a_route_is_traced_as_fastapi_traces_it() -> None:
+    """Its dependencies and its endpoint in spans of their own: FastAPI's handler serves
+    it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    spans = []
+    for router_class in (APIRouter, Router):
+        exporter.clear()
+        app = _app(router_class, telemetry={"tracer_provider": provider})
+        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
+            client.post("/items/x", json={"text": "hi"}, headers={"x-key": "k"})
+        spans.append(sorted(span.name for span in exporter.get_finished_spans()))
+    assert "fastapi.endpoint" in spans[0]
+    assert spans[0] == spans[1]
 
 
 def test_a_valid_request_is_served_without_fastapis_dependency_solving(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """And any other goes to FastAPI's handler."""
+    """Nor an invalid one; a body that is not sent as JSON goes to FastAPI's handler."""
     solves = Counter[str]()
     solve = fastapi.dependencies.utils.solve_dependencies  # as fastapi.routing calls it
 
@@ -206,7 +245,7 @@ def test_a_valid_request_is_served_without_fastapis_dependency_solving(
         return await solve(**kwargs)
 
     monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
-    app = _app(Router(dependencies=[Depends(guard)]))
+    app = _app(Router)
     with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
         valid = client.post("/items/x", json={"text": "hi"}, headers={"x-key": "k", "x-tag": "t"})
         assert valid.json() == {
@@ -218,18 +257,17 @@ def test_a_valid_request_is_served_without_fastapis_dependency_solving(
             "method": "POST",
         }
         assert not solves
-        assert (
-            client.post("/items/x", json={"text": "HI"}, headers={"x-key": "k"}).status_code == 422
-        )
+        refused = client.post("/items/x", json={"text": "HI"}, headers={"x-key": "k"})
+        assert refused.status_code == 422
+        assert not solves
+        not_json = client.post("/items/x", content=b"{}", headers={"x-key": "k"})
+        assert not_json.status_code == 422
         assert solves["echo"] == 1
 
 
-def test_every_route_checks_its_request_first_and_is_served_with_the_dependencies_it_declares(
-    tmp_path: Path,
-) -> None:
-    """``check_request`` comes with the route class, not the app; and a route served
-    directly calls what it declares, so no router may be included with dependencies of its
-    own (FastAPI would add them to the route it serves, not to the route's own list)."""
+def test_every_route_of_the_app_checks_its_request_first(tmp_path: Path) -> None:
+    """``check_request`` comes with the route class (``Route``), for the app's own routes
+    too."""
     app = create_app(Settings(data_dir=tmp_path))
     routes = [
         context
@@ -238,11 +276,8 @@ def test_every_route_checks_its_request_first_and_is_served_with_the_dependencie
     ]
     assert len(routes) > 60
     for context in routes:
-        route = context.original_route
-        assert isinstance(route, Route), context.path
-        served = [sub.call for sub in context.dependant.dependencies]
-        assert served[0] is check_request, context.path
-        assert served == [sub.call for sub in route.dependant.dependencies], context.path
+        assert isinstance(context.original_route, Route), context.path
+        assert context.dependant.dependencies[0].call is check_request, context.path
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi import routing as fastapi_routing
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import (
@@ -18,15 +19,17 @@ from fastapi.dependencies.utils import (
     request_body_to_args,
     request_params_to_args,
 )
+from fastapi.exceptions import RequestValidationError
 from fastapi.params import Form
 from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse
+from pydantic_core import PydanticUndefined as Undefined  # what FastAPI reads as no body
 from starlette._utils import get_route_path  # the path routes match, as FastAPI's own do
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from agentstream.server.validation import check_request
+from agentstream.server.validation import check_request, is_json
 
 __all__ = ["Route", "Router"]
 
@@ -70,66 +73,68 @@ class Router(APIRouter):
 
 class Route(APIRoute):
     """An ``APIRoute`` whose first dependency is ``check_request`` (so no route of the app's
-    misses it), and which serves a request it can tell is valid itself: its dependencies
-    called in order, then its endpoint, with the values FastAPI would have given them.
+    misses it), and which serves a request itself where it can (``DirectCall``), as
+    FastAPI's handler would: the same dependencies called in the same order, the same
+    values, the same validation errors.
 
     FastAPI's handler solves each dependency recursively, with four parameter lists and a
     cache key apiece: a run start's three cost about half of its handler's 5,700 bytecodes
-    (docs/benchmarks.md). A route is served directly where ``DirectCall.of`` can say how.
-    Any other request (a body not sent as ``application/json`` or not JSON, a parameter or
-    body that does not validate, a dependency overridden) goes to FastAPI's handler, which
-    answers it as ever: validation errors, and their order against what the dependencies
-    refuse, stay FastAPI's.
+    (docs/benchmarks.md, where serving them directly spared 15% of a start's instructions).
     """
 
     def __init__(
         self, path: str, endpoint: Callable[..., Any], *, dependencies: Any = None, **kwargs: Any
     ) -> None:
-        given = list(dependencies or ())
-        if not any(depends.dependency is check_request for depends in given):
-            given.insert(0, Depends(check_request))  # (an older FastAPI makes an included
-            # route again from the route, with its dependencies)
-        super().__init__(path, endpoint, dependencies=given, **kwargs)
+        checked = [Depends(check_request), *(dependencies or ())]
+        super().__init__(path, endpoint, dependencies=checked, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        direct = DirectCall.of(self)
+        direct = DirectCall.of(_served(self))
         if direct is None:
             return handler
 
         async def handle(request: Request) -> Response:
-            arguments = None
-            if not request.app.dependency_overrides:
-                arguments = await direct.arguments(request)
-            if arguments is None:
-                return await handler(request)
-            return await direct.call(request, arguments)
+            response = await direct.serve(request)
+            return await handler(request) if response is None else response
 
         return handle
 
 
+def _served(route: APIRoute) -> Any:
+    """What FastAPI serves ``route`` as while it makes the route's handler: the route, or,
+    where a router that holds it is included, the route with what the inclusion adds (the
+    app's and the inclusion's dependencies, its response class, the app's dependency
+    overrides). ``APIRoute.get_route_handler`` reads it the same way (FastAPI 0.165)."""
+    served = fastapi_routing._effective_route_context_var.get()
+    return served if served is not None and served.original_route is route else route
+
+
 @dataclass(frozen=True, slots=True)
 class DirectCall:
-    """How a route's valid request is served without FastAPI's dependency solving: what is
-    read from the request, what is called with it, in FastAPI's order."""
+    """How a route serves a request without FastAPI's dependency solving: what is read from
+    the request, and what is called with it, in FastAPI's order."""
 
+    dependencies: tuple[tuple[str | None, Callable[..., Awaitable[Any]], str | None], ...]
+    """Each dependency: the endpoint's parameter it fills (None: the route's), what is
+    called, and its parameter for the request (None: it takes none). Each is called once
+    a request, as FastAPI's cache has it."""
     params: tuple[tuple[Sequence[Any], Callable[[Request], Mapping[str, Any]]], ...]
     """Each kind of parameter the endpoint takes (path, query, header, cookie): its fields
-    and where a request has them."""
+    and where a request has them, in FastAPI's order."""
     body: list[Any]
     """The body's field, or none."""
-    dependencies: tuple[tuple[str | None, Callable[..., Awaitable[Any]], str | None, bool], ...]
-    """Each dependency: the endpoint's parameter it fills (None: the route's), what is
-    called, its parameter for the request (if it takes it), and whether a value it gave
-    earlier is used again."""
     request_name: str | None
     endpoint: Callable[..., Awaitable[Response]]
+    overrides: Any
+    """Whose ``dependency_overrides`` FastAPI's handler would use."""
 
     @classmethod
-    def of(cls, route: APIRoute) -> DirectCall | None:
-        """None unless every dependency is ``async`` and takes the request alone, the body
-        is one model sent as JSON (or there is none), and the endpoint is ``async`` and
-        returns a ``Response``, which FastAPI passes on as it is."""
+    def of(cls, route: Any) -> DirectCall | None:
+        """None unless every dependency is ``async``, takes the request or nothing, and is
+        cached as a plain ``Depends`` is; the body is one model read as JSON (or there is
+        none); and the endpoint is ``async`` and returns a ``Response``, which FastAPI
+        passes on as it is. ``route``: an ``APIRoute`` as FastAPI serves it (``_served``)."""
         dependant = route.dependant
         response_class = route.response_class
         if isinstance(response_class, DefaultPlaceholder):
@@ -148,56 +153,60 @@ class DirectCall:
         for sub in dependant.dependencies:
             if sub.dependencies or _params(sub) or sub.body_params or _special(sub):
                 return None
-            if not _is_async(sub) or sub.concurrency is not None or sub.own_oauth_scopes:
+            if not _is_async(sub) or sub.concurrency is not None:
                 return None
-            assert sub.call is not None
-            dependencies.append((sub.name, sub.call, sub.request_param_name, sub.use_cache))
+            if not sub.use_cache or sub.scope is not None:
+                return None
+            if sub.own_oauth_scopes or sub.parent_oauth_scopes:
+                return None
+            dependencies.append((sub.name, sub.call, sub.request_param_name))
         return cls(
+            dependencies=tuple(dependencies),
             params=_params(dependant),
             body=dependant.body_params,
-            dependencies=tuple(dependencies),
             request_name=dependant.request_param_name,
-            endpoint=dependant.call,  # type: ignore[arg-type]
+            endpoint=dependant.call,
+            overrides=route.dependency_overrides_provider,
         )
 
-    async def arguments(self, request: Request) -> dict[str, Any] | None:
-        """The endpoint's parameters and body, validated as FastAPI validates them; None
-        where FastAPI's handler must answer."""
-        values: dict[str, Any] = {}
+    async def serve(self, request: Request) -> Response | None:
+        """The endpoint's response; or None, with nothing called, where FastAPI's handler
+        must answer: a body that is not JSON, or not read (it says why), an override of a
+        dependency, FastAPI's telemetry on (its spans)."""
+        if request.scope.get("fastapi.telemetry") is not None:
+            return None
+        if self.overrides is not None and self.overrides.dependency_overrides:
+            return None
+        body: Any = Undefined
         if self.body:
-            if request.headers.get("content-type") != "application/json":
-                return None
             try:
-                body = await request.json() if await request.body() else None
+                if await request.body():  # read first, as FastAPI reads it
+                    if not is_json(request.headers.get("content-type", "")):
+                        return None
+                    body = await request.json()
             except HTTPException:  # the body over its limit (``errors.BodyLimit``)
                 raise
-            except Exception:  # not JSON, or the client left: FastAPI's handler says so
+            except Exception:  # not JSON, or the client left
                 return None
-            if body is None:
-                return None
-            found, errors = await request_body_to_args(self.body, body, embed_body_fields=False)
-            if errors:
-                return None
-            values.update(found)
-        for fields, received in self.params:
-            found, errors = request_params_to_args(fields, received(request))
-            if errors:
-                return None
-            values.update(found)
-        return values
-
-    async def call(self, request: Request, values: dict[str, Any]) -> Response:
-        """The dependencies, each once (unless it says otherwise), then the endpoint."""
+        values: dict[str, Any] = {}
         solved: dict[object, Any] = {}
-        for name, dependency, request_name, cached in self.dependencies:
-            if cached and dependency in solved:
-                value = solved[dependency]
-            elif request_name is None:
-                value = solved[dependency] = await dependency()
-            else:
-                value = solved[dependency] = await dependency(**{request_name: request})
+        for name, dependency, request_name in self.dependencies:
+            if dependency not in solved:
+                arguments = {} if request_name is None else {request_name: request}
+                solved[dependency] = await dependency(**arguments)
             if name is not None:
-                values[name] = value
+                values[name] = solved[dependency]
+        errors: list[Any] = []
+        for fields, received in self.params:
+            found, wrong = request_params_to_args(fields, received(request))
+            values.update(found)
+            errors += wrong
+        if self.body:  # one field: its value is the whole body (FastAPI embeds none)
+            found, wrong = await request_body_to_args(self.body, body, embed_body_fields=False)
+            values.update(found)
+            errors += wrong
+        if errors:
+            raise RequestValidationError(errors, body=None if body is Undefined else body)
         if self.request_name is not None:
             values[self.request_name] = request
         return await self.endpoint(**values)

@@ -18,7 +18,7 @@ from starlette.datastructures import UploadFile
 from agentstream.errors import UserError
 from agentstream.inputs import find_problem
 
-__all__ = ["MessageText", "check_request"]
+__all__ = ["MessageText", "check_request", "is_json"]
 
 MessageText = Annotated[str, Field(min_length=1, max_length=200_000)]
 """What a person sends: 1 to 200,000 characters (``check_request`` refuses NUL)."""
@@ -36,7 +36,7 @@ async def check_request(request: Request) -> None:
     if not isinstance(route, APIRoute) or route.body_field is None:
         return  # the handler reads no body: neither does this
     content_type = request.headers.get("content-type", "").lower()
-    if _is_json(content_type) and await request.body():
+    if is_json(content_type) and await request.body():
         try:
             body = await request.json()  # parsed (and kept) by FastAPI already
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or too deep to parse:
@@ -57,9 +57,9 @@ def _check(value: Any, name: str | None = None) -> None:
     raise UserError(f"{field}: {problem.message}", field=field)
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     """The rule FastAPI parses bodies by: ``application/json`` or ``application/*+json``."""
-    media_type = content_type.split(";", 1)[0].strip()
+    media_type = content_type.split(";", 1)[0].strip().lower()
     return media_type == "application/json" or (
         media_type.startswith("application/") and media_type.endswith("+json")
     )
