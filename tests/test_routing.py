@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request,
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -165,21 +166,30 @@ async def echo(
 
 
 def _app(router_class: type[APIRouter], **app: Any) -> FastAPI:
-    """``echo`` behind dependencies of the app, of the router's inclusion and of the router;
-    a plain ``APIRouter`` checks its requests as ``Route`` does."""
+    """``echo`` at ``/a/b/items/{name}``, behind dependencies of the app, of the router's
+    inclusion in a router included in the app, and of the router; a plain ``APIRouter``
+    checks its requests as ``Route`` does."""
     checked = [Depends(check_request)] if router_class is APIRouter else []
     router = router_class(dependencies=[*checked, Depends(guard)])
     router.add_api_route("/items/{name}", echo, methods=["POST"])
+    outer = APIRouter()
+    outer.include_router(router, prefix="/b", dependencies=[Depends(included)])
     served = FastAPI(dependencies=[Depends(everywhere)], **app)
     install_error_handlers(served)
-    served.include_router(router, dependencies=[Depends(included)])
+    served.include_router(outer, prefix="/a")
     return served
+
+
+async def someone_else(request: Request) -> str:
+    calls.append("someone else")
+    return "someone else"
 
 
 BAD_OR_ODD: list[tuple[dict[str, str], bytes]] = [
     ({"content-type": "application/json"}, b'{"text": "hi", "count": "2"}'),
     ({"content-type": "Application/JSON; charset=utf-8"}, b'{"text": "hi"}'),
     ({"content-type": "application/merge-patch+json"}, b'{"text": "hi"}'),
+    ({"content-type": "application/x/+json"}, b'{"text": "hi"}'),
     ({"content-type": "text/plain"}, b'{"text": "hi"}'),
     ({}, b'{"text": "hi"}'),
     ({"content-type": "application/json"}, b""),
@@ -197,22 +207,25 @@ BAD_OR_ODD: list[tuple[dict[str, str], bytes]] = [
 
 
 @pytest.mark.parametrize(("headers", "body"), BAD_OR_ODD)
-@pytest.mark.parametrize("path", ["/items/x", "/items/toolong", "/items/x%00"])
+@pytest.mark.parametrize("path", ["/a/b/items/x", "/a/b/items/toolong", "/a/b/items/x%00"])
+@pytest.mark.parametrize("overridden", [False, True])
 def test_a_route_answers_as_fastapis_own_route_does(
-    headers: dict[str, str], body: bytes, path: str
+    headers: dict[str, str], body: bytes, path: str, overridden: bool
 ) -> None:
     """Valid, invalid, refused in a dependency, or all at once: a ``Route`` gives the
     answer a plain ``APIRoute`` gives, and calls what it calls (the dependencies of the
-    app, of the inclusion and of the route, the body's validator), in the same order."""
+    app, of the inclusions and of the route, the body's validator, an override), in the
+    same order."""
     answers = []
     for router_class in (APIRouter, Router):
         calls.clear()
-        with (
-            run_app(_app(router_class), name="The app") as url,
-            httpx.Client(base_url=url) as client,
-        ):
+        app = _app(router_class)
+        if overridden:
+            app.dependency_overrides[caller] = someone_else
+        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
             response = client.post(path, content=body, headers={"x-key": "k", **headers})
-        answers.append((response.status_code, response.json(), list(calls)))
+        sent = {name: value for name, value in response.headers.items() if name != "date"}
+        answers.append((response.status_code, sent, response.json(), list(calls)))
     assert answers[0] == answers[1]
 
 
@@ -227,7 +240,7 @@ def test_with_fastapis_telemetry_on_a_route_is_traced_as_fastapi_traces_it() -> 
         exporter.clear()
         app = _app(router_class, telemetry={"tracer_provider": provider})
         with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
-            client.post("/items/x", json={"text": "hi"}, headers={"x-key": "k"})
+            client.post("/a/b/items/x", json={"text": "hi"}, headers={"x-key": "k"})
         spans.append(sorted(span.name for span in exporter.get_finished_spans()))
     assert "fastapi.endpoint" in spans[0]
     assert spans[0] == spans[1]
@@ -247,7 +260,9 @@ def test_a_valid_request_is_served_without_fastapis_dependency_solving(
     monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
     app = _app(Router)
     with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
-        valid = client.post("/items/x", json={"text": "hi"}, headers={"x-key": "k", "x-tag": "t"})
+        valid = client.post(
+            "/a/b/items/x", json={"text": "hi"}, headers={"x-key": "k", "x-tag": "t"}
+        )
         assert valid.json() == {
             "name": "x",
             "item": {"text": "hi", "count": 1},
@@ -257,10 +272,10 @@ def test_a_valid_request_is_served_without_fastapis_dependency_solving(
             "method": "POST",
         }
         assert not solves
-        refused = client.post("/items/x", json={"text": "HI"}, headers={"x-key": "k"})
+        refused = client.post("/a/b/items/x", json={"text": "HI"}, headers={"x-key": "k"})
         assert refused.status_code == 422
         assert not solves
-        not_json = client.post("/items/x", content=b"{}", headers={"x-key": "k"})
+        not_json = client.post("/a/b/items/x", content=b"{}", headers={"x-key": "k"})
         assert not_json.status_code == 422
         assert solves["echo"] == 1
 
@@ -280,6 +295,24 @@ def test_every_route_of_the_app_checks_its_request_first(tmp_path: Path) -> None
         assert context.dependant.dependencies[0].call is check_request, context.path
 
 
+def test_an_endpoint_that_returns_no_response_is_an_error_not_served_again() -> None:
+    """FastAPI would make what it returned JSON; a ``Route`` serves a ``Response`` only,
+    as its endpoint's annotation says, and does not hand the request on after calling it."""
+
+    async def forgetful(request: Request) -> Response:
+        calls.append("endpoint")
+        return None  # type: ignore[return-value]
+
+    router = Router()
+    router.add_api_route("/forgetful", forgetful, methods=["POST"])
+    app = FastAPI()
+    app.include_router(router)
+    calls.clear()
+    with pytest.raises(TypeError, match="forgetful returned None"), TestClient(app) as client:
+        client.post("/forgetful")
+    assert calls == ["endpoint"]
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -296,10 +329,10 @@ def test_the_routes_that_start_runs_are_served_directly(tmp_path: Path, path: st
     """Their dependencies take the request alone and they return a ``Response``: a valid
     start skips FastAPI's dependency solving (a sixth of a run start's instructions)."""
     app = create_app(Settings(data_dir=tmp_path))
-    (route,) = [
-        context.original_route
+    (served,) = [
+        context
         for context in iter_route_contexts(app.routes)
         if context.path == path and context.methods == {"POST"}
     ]
-    assert isinstance(route, Route)
-    assert DirectCall.of(route) is not None
+    assert isinstance(served.original_route, Route)
+    assert DirectCall.of(served) is not None

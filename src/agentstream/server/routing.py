@@ -205,11 +205,14 @@ class DirectCall:
             found, wrong = await request_body_to_args(self.body, body, embed_body_fields=False)
             values.update(found)
             errors += wrong
-        if errors:
+        if errors:  # as FastAPI raises it, but for where the endpoint is (for its logs)
             raise RequestValidationError(errors, body=None if body is Undefined else body)
         if self.request_name is not None:
             values[self.request_name] = request
-        return await self.endpoint(**values)
+        response = await self.endpoint(**values)
+        if not isinstance(response, Response):  # FastAPI would have made it JSON
+            raise TypeError(f"{self.endpoint.__qualname__} returned {response!r}, no Response")
+        return response
 
 
 def _params(

@@ -58,8 +58,13 @@ def _check(value: Any, name: str | None = None) -> None:
 
 
 def is_json(content_type: str) -> bool:
-    """The rule FastAPI parses bodies by: ``application/json`` or ``application/*+json``."""
+    """The rule FastAPI parses bodies by: ``application/json`` or ``application/*+json``,
+    read as ``email.message`` reads a content type (a media type without exactly one ``/``
+    is none of them)."""
     media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type == "application/json" or (
-        media_type.startswith("application/") and media_type.endswith("+json")
+    kind, _, subtype = media_type.partition("/")
+    return (
+        kind == "application"
+        and "/" not in subtype
+        and (subtype == "json" or subtype.endswith("+json"))
     )
