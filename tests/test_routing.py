@@ -14,7 +14,8 @@ import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi import Path as PathParam
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
@@ -227,6 +228,30 @@ def test_a_route_answers_as_fastapis_own_route_does(
         sent = {name: value for name, value in response.headers.items() if name != "date"}
         answers.append((response.status_code, sent, response.json(), list(calls)))
     assert answers[0] == answers[1]
+
+
+def test_a_validation_error_names_the_endpoint_as_fastapis_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a log of the error says (``str``): the errors, and where the endpoint is (its
+    file, line and function, the method and the route's whole path). FastAPI keeps where
+    each endpoint is, and its handler writes the last path into what it keeps: a ``Route``
+    goes first, with nothing kept."""
+    monkeypatch.setattr(fastapi.routing, "_endpoint_context_cache", {})
+    said = []
+    for router_class in (Router, APIRouter):
+        app = _app(router_class)
+
+        async def told(_request: Request, exc: Exception) -> Response:
+            return PlainTextResponse(str(exc), status_code=422)
+
+        app.add_exception_handler(RequestValidationError, told)
+        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
+            answer = client.post("/a/b/items/toolong", json={"text": "HI"}, headers={"x-key": "k"})
+        said.append(answer.text)
+    assert said[0] == said[1]
+    assert f'File "{__file__}", line' in said[0]
+    assert "in echo\n    POST /a/b/items/{name}" in said[0]
 
 
 def test_with_fastapis_telemetry_on_a_route_is_traced_as_fastapi_traces_it() -> None:

@@ -20,7 +20,7 @@ from fastapi.dependencies.utils import (
     request_body_to_args,
     request_params_to_args,
 )
-from fastapi.exceptions import RequestValidationError
+from fastapi.exceptions import EndpointContext, RequestValidationError
 from fastapi.params import Form
 from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse
@@ -127,6 +127,8 @@ class DirectCall:
     """The body's field, or none."""
     request_name: str | None
     endpoint: Callable[..., Awaitable[Response]]
+    path: str
+    """The route's path, as its validation errors name it."""
     overrides: Any
     """Whose ``dependency_overrides`` FastAPI's handler would use."""
 
@@ -167,6 +169,7 @@ class DirectCall:
             body=dependant.body_params,
             request_name=dependant.request_param_name,
             endpoint=dependant.call,
+            path=dependant.path,
             overrides=route.dependency_overrides_provider,
         )
 
@@ -206,14 +209,24 @@ class DirectCall:
             found, wrong = await request_body_to_args(self.body, body, embed_body_fields=False)
             values.update(found)
             errors += wrong
-        if errors:  # as FastAPI raises it, but for where the endpoint is (for its logs)
-            raise RequestValidationError(errors, body=None if body is Undefined else body)
+        if errors:  # as FastAPI raises it
+            body = None if body is Undefined else body
+            raise RequestValidationError(errors, body=body, endpoint_ctx=self._where(request))
         if self.request_name is not None:
             values[self.request_name] = request
         response = await self.endpoint(**values)
         if not isinstance(response, Response):  # FastAPI would have made it JSON
             raise TypeError(f"{self.endpoint.__qualname__} returned {response!r}, no Response")
         return response
+
+    def _where(self, request: Request) -> EndpointContext:
+        """Where the endpoint is, as a validation error names it (its file, line and
+        function, by FastAPI's own reading, and the request's method and route)."""
+        found = fastapi_routing._extract_endpoint_context(self.endpoint)
+        if not self.path:
+            return found
+        mounted_at = request.scope.get("root_path", "").rstrip("/")
+        return {**found, "path": f"{request.method} {mounted_at}{self.path}"}
 
 
 def _params(
