@@ -35,7 +35,7 @@ from typing import Any
 import uvloop
 
 from bench import concurrency, services, stream_throughput
-from bench.concurrency import LIMIT_MS, RATE, STARTS_PER_S, hold_streams, ladder
+from bench.concurrency import LIMIT_MS, RATE, STARTS_PER_S, hold_streams, ladders
 from bench.loopback import BENCH_ROOT, LiveResponse, clock_arrivals, quantile
 from bench.tables import markdown_table, text_table
 from bench.targets import Target, start_agentstream
@@ -91,13 +91,13 @@ def measure(quick: bool = False) -> dict[str, Any]:
 
 def throughput(quick: bool) -> dict[str, Any]:
     hold = 2.0 if quick else 6.0
-    systems = {
-        name: ladder(
-            functools.partial(_step, processes, cluster, hold=hold),
-            QUICK_STEPS if quick else STEPS,
-        )
-        for name, (processes, cluster) in SYSTEMS.items()
-    }
+    systems = ladders(
+        {
+            name: functools.partial(_step, processes, cluster, hold=hold)
+            for name, (processes, cluster) in SYSTEMS.items()
+        },
+        QUICK_STEPS if quick else STEPS,
+    )
     held = {name: _held(system) for name, system in systems.items()}
     one, two = held["cluster, 1 process"], held["cluster, 2 processes"]
     return {"systems": systems, "held": held, "ratio": round(two / one, 2) if one else None}

@@ -76,14 +76,25 @@ def hold_streams(
     }
 
 
-def ladder(step: Callable[[int], dict[str, Any]], steps: Sequence[int]) -> dict[str, Any]:
-    """``step(N)`` for each N of ``steps`` until one is not held: every step, and the
-    largest held (None if none was)."""
-    runs = []
+def ladders(
+    systems: dict[str, Callable[[int], dict[str, Any]]], steps: Sequence[int]
+) -> dict[str, dict[str, Any]]:
+    """For each system, ``step(N)`` for each N of ``steps`` until one is not held: every
+    step, and the largest held (None if none was). The systems take turns at each step, so
+    that a shared machine whose load changes over the minutes a ladder takes weighs on each
+    alike, not on whichever ran last (the baseline's own figures moved by half between two
+    runs a quarter of an hour apart)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     for streams in steps:
-        runs.append(step(streams))
-        if not runs[-1]["held"]:
+        climbing = [name for name, done in runs.items() if not done or done[-1]["held"]]
+        if not climbing:
             break
+        for name in climbing:
+            runs[name].append(systems[name](streams))
+    return {name: _ladder(done) for name, done in runs.items()}
+
+
+def _ladder(runs: list[dict[str, Any]]) -> dict[str, Any]:
     held = [run for run in runs if run["held"]]
     return {"steps": runs, "max_held": held[-1] if held else None}
 
@@ -95,14 +106,14 @@ def measure(
     steps = QUICK_STEPS if quick else STEPS
     hold = 2.0 if quick else 6.0
     skipped = services.unavailable() if "agentstream-postgresql" in systems else None
-    measured = {
-        name: ladder(
-            functools.partial(step, name, hold=hold, starts_per_s=STARTS_PER_S, source=source),
-            steps,
-        )
-        for name in systems
-        if not (name == "agentstream-postgresql" and skipped)
-    }
+    measured = ladders(
+        {
+            name: functools.partial(step, name, hold=hold, starts_per_s=STARTS_PER_S, source=source)
+            for name in systems
+            if not (name == "agentstream-postgresql" and skipped)
+        },
+        steps,
+    )
     base = measured["baseline"]["max_held"]
 
     def ratio(name: str) -> float | None:
