@@ -230,14 +230,24 @@ def test_a_route_answers_as_fastapis_own_route_does(
     assert answers[0] == answers[1]
 
 
+@pytest.mark.parametrize("mounted_at", ["", "/m"])
 def test_a_validation_error_names_the_endpoint_as_fastapis_does(
-    monkeypatch: pytest.MonkeyPatch,
+    mounted_at: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a log of the error says (``str``): the errors, and where the endpoint is (its
-    file, line and function, the method and the route's whole path). FastAPI keeps where
-    each endpoint is, and its handler writes the last path into what it keeps: a ``Route``
-    goes first, with nothing kept."""
+    file, line and function, the method and the route's whole path, under the path the app
+    is mounted at). FastAPI keeps where each endpoint is, and its handler writes the last
+    path into what it keeps: a ``Route`` goes first, with nothing kept; it answers with no
+    dependency solved."""
     monkeypatch.setattr(fastapi.routing, "_endpoint_context_cache", {})
+    solved = []
+    solve = fastapi.dependencies.utils.solve_dependencies  # as fastapi.routing calls it
+
+    async def counted(**kwargs: Any) -> Any:
+        solved.append(kwargs["dependant"].call)
+        return await solve(**kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
     said = []
     for router_class in (Router, APIRouter):
         app = _app(router_class)
@@ -246,12 +256,21 @@ def test_a_validation_error_names_the_endpoint_as_fastapis_does(
             return PlainTextResponse(str(exc), status_code=422)
 
         app.add_exception_handler(RequestValidationError, told)
-        with run_app(app, name="The app") as url, httpx.Client(base_url=url) as client:
-            answer = client.post("/a/b/items/toolong", json={"text": "HI"}, headers={"x-key": "k"})
+        served = app
+        if mounted_at:
+            served = FastAPI()
+            served.mount(mounted_at, app)
+        with run_app(served, name="The app") as url, httpx.Client(base_url=url) as client:
+            answer = client.post(
+                f"{mounted_at}/a/b/items/toolong", json={"text": "HI"}, headers={"x-key": "k"}
+            )
         said.append(answer.text)
+        if router_class is Router:
+            assert solved == []
+    assert solved, "FastAPI's own route solves its dependencies"
     assert said[0] == said[1]
     assert f'File "{__file__}", line' in said[0]
-    assert "in echo\n    POST /a/b/items/{name}" in said[0]
+    assert f"in echo\n    POST {mounted_at}/a/b/items/{{name}}" in said[0]
 
 
 def test_with_fastapis_telemetry_on_a_route_is_traced_as_fastapi_traces_it() -> None:

@@ -34,6 +34,11 @@ from agentstream.server.validation import check_request, is_json
 
 __all__ = ["Route", "Router"]
 
+_endpoint_context = fastapi_routing._extract_endpoint_context
+"""Where an endpoint is, as FastAPI's handler reads it for its validation errors (cached by
+the endpoint): bound here, so that a FastAPI without it fails at import, not at the first
+invalid request."""
+
 
 class Router(APIRouter):
     """An ``APIRouter`` that a request passes at once unless its path holds the fixed start
@@ -222,7 +227,7 @@ class DirectCall:
     def _where(self, request: Request) -> EndpointContext:
         """Where the endpoint is, as a validation error names it (its file, line and
         function, by FastAPI's own reading, and the request's method and route)."""
-        found = fastapi_routing._extract_endpoint_context(self.endpoint)
+        found = _endpoint_context(self.endpoint)
         if not self.path:
             return found
         mounted_at = request.scope.get("root_path", "").rstrip("/")
