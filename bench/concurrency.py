@@ -79,7 +79,7 @@ def hold_streams(
 def ladders(
     systems: dict[str, Callable[[int], dict[str, Any]]], steps: Sequence[int]
 ) -> dict[str, dict[str, Any]]:
-    """For each system, ``step(N)`` for each N of ``steps`` until one is not held: every
+    """For each system, ``systems[name](N)`` for each N of ``steps`` until one is not held: every
     step, and the largest held (None if none was). The systems take turns at each step, so
     that a shared machine whose load changes over the minutes a ladder takes weighs on each
     alike, not on whichever ran last (the baseline's own figures moved by half between two
