@@ -79,11 +79,11 @@ def hold_streams(
 def ladders(
     systems: dict[str, Callable[[int], dict[str, Any]]], steps: Sequence[int]
 ) -> dict[str, dict[str, Any]]:
-    """For each system, ``systems[name](N)`` for each N of ``steps`` until one is not held: every
-    step, and the largest held (None if none was). The systems take turns at each step, so
-    that a shared machine whose load changes over the minutes a ladder takes weighs on each
-    alike, not on whichever ran last (the baseline's own figures moved by half between two
-    runs a quarter of an hour apart)."""
+    """For each system, ``systems[name](N)`` for each N of ``steps`` until one is not
+    held: every step, and the largest held (None if none was). The systems take turns at
+    each step, so that a shared machine whose load changes over the minutes a ladder takes
+    weighs on each alike, not on whichever ran last (the baseline's own figures moved by
+    half between two runs a quarter of an hour apart)."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     for streams in steps:
         climbing = [name for name, done in runs.items() if not done or done[-1]["held"]]
