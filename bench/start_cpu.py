@@ -8,17 +8,18 @@ at a step. ``bench.start_instructions`` counts a start's instructions inside the
 takes what the whole server process spends on one, connection and all, as scenario 2 opens
 them. Each system's server (agentstream on SQLite, on PostgreSQL where one answers, the bare
 baseline) gets ``STARTS`` streams opened at scenario 2's pace, whose first token is due long
-after; its CPU over the ramp (``/proc``), less what it spends idle, is divided by the starts.
-The systems take turns, round after round; printed: each one's median over the rounds, its
-ratio to the baseline's, and the share of a core the starts take at that pace.
+after; its CPU over the ramp and a few seconds more (``/proc``), less what it spends idle
+over as long, is divided by the starts. The systems take turns, round after round; printed:
+each one's median over the rounds, its ratio to the baseline's, and the share of a core the
+starts take at that pace.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench import services
 from bench.concurrency import STARTS_PER_S
@@ -29,43 +30,48 @@ from bench.targets import Target, start
 
 STARTS = 500
 ROUNDS = 3
-FIRST_TOKEN_AFTER = 10.0
-"""Seconds from a start to its model's token: none comes while the ramp is measured."""
-SETTLE = 1.5
-"""Seconds after the ramp still measured: the generator's own start, and the last starts'
-way to their first frames."""
+SETTLE = 4.0
+"""Seconds after the ramp still measured: the generator's own start-up (a quarter of a
+second), and the last starts' way to their first frames."""
 SYSTEMS = ("agentstream", "agentstream-postgresql", "baseline")
 
 
 def cpu_a_start(target: Target, starts: int) -> float:
     """Seconds of the server process's CPU a start, ``starts`` of them opened at scenario 2's
-    pace; each stream asks for one token."""
-    load(target, streams=20, ramp=0.1, hold=0.1, rate=0.01)  # first requests' imports, caches
-    idle_from = cpu_seconds(target.server.pid)
-    time.sleep(1.0)
-    idle = cpu_seconds(target.server.pid) - idle_from
-    ramp = starts / STARTS_PER_S
-    opening = threading.Thread(
-        target=load,
-        args=(target,),
-        kwargs={"streams": starts, "ramp": ramp, "hold": 0.1, "rate": 0.01},
-    )
-    before = cpu_seconds(target.server.pid)
-    opening.start()
-    time.sleep(ramp + SETTLE)
-    spent = cpu_seconds(target.server.pid) - before - idle * (ramp + SETTLE)
-    opening.join()  # the streams end after their token
+    pace. Its CPU while idle is read first, over as long a time as the starts': ``/proc``
+    counts in ticks of 10 ms, and a lease round every few seconds falls in one or not."""
+    pid = target.server.pid
+    _opened(target, 20)  # the first requests' imports and caches
+    time.sleep(1.0)  # what the warm-up's runs do as they end
+    window = starts / STARTS_PER_S + SETTLE
+    idle_from = cpu_seconds(pid)
+    time.sleep(window)
+    idle = cpu_seconds(pid) - idle_from
+    with ThreadPoolExecutor(1) as pool:
+        before = cpu_seconds(pid)
+        opening = pool.submit(_opened, target, starts)
+        time.sleep(window)
+        spent = cpu_seconds(pid) - before - idle
+        opening.result()  # the streams end after their token; a failed one raises here
     return spent / starts
 
 
-def measure(starts: int, rounds: int) -> dict[str, list[float]]:
-    """Each system's CPU a start (seconds), a figure a round, the systems taking turns."""
-    skipped = services.unavailable()
-    systems = [name for name in SYSTEMS if not (name == "agentstream-postgresql" and skipped)]
+def _opened(target: Target, streams: int) -> None:
+    """``streams`` streams of one token opened at scenario 2's pace, until they have ended;
+    raises if one failed (a start that fails costs less than one that streams)."""
+    result = load(target, streams=streams, ramp=streams / STARTS_PER_S, hold=0.1, rate=0.01)
+    if result["errors"]:
+        raise RuntimeError(f"streams failed: {result['error_kinds']}")
+
+
+def measure(starts: int, rounds: int, systems: list[str]) -> dict[str, list[float]]:
+    """Each system's CPU a start (seconds), a figure a round, the systems taking turns. A
+    model's first token is due after the window, so none is in it."""
+    first_token_after = starts / STARTS_PER_S + SETTLE + 5.0
     figures: dict[str, list[float]] = {name: [] for name in systems}
     for _ in range(rounds):
         for name in systems:
-            with start(name, token_delay=FIRST_TOKEN_AFTER) as target:
+            with start(name, token_delay=first_token_after) as target:
                 figures[name].append(cpu_a_start(target, starts))
     return figures
 
@@ -75,13 +81,19 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=STARTS)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     options = parser.parse_args()
-    figures = measure(options.starts, options.rounds)
+    if options.starts < 1 or options.rounds < 1:
+        parser.error("--starts and --rounds take a number from 1")
+    systems = list(SYSTEMS)
+    if (missing := services.unavailable()) is not None:
+        print(f"agentstream-postgresql: not measured ({missing})")
+        systems.remove("agentstream-postgresql")
+    figures = measure(options.starts, options.rounds, systems)
     medians = {name: statistics.median(each) for name, each in figures.items()}
     rows = [
         (
             name,
-            f"{1000 * median:.3f}",
-            " ".join(f"{1000 * each:.3f}" for each in figures[name]),
+            f"{1000 * median:.2f}",
+            " ".join(f"{1000 * each:.2f}" for each in figures[name]),
             f"{median / medians['baseline']:.2f}x",
             f"{100 * median * STARTS_PER_S:.0f}%",
         )
