@@ -184,10 +184,23 @@ async def run(config: Config) -> dict[str, Any]:
         "itl_p99_ms": round(quantile(samples, 0.99) * 1000, 1),
         "ttft_p50_ms": round(quantile(first_tokens, 0.5) * 1000, 1),
         "ttft_p99_ms": round(quantile(first_tokens, 0.99) * 1000, 1),
+        "ttft_p50_ms_by_quarter": _by_quarter(outcomes),
         "delivered": round(len(samples) / (config.streams * config.rate * config.hold), 3),
         "window_s": config.hold,
         **measured,
     }
+
+
+def _by_quarter(outcomes: list[tuple[str, float]]) -> list[float]:
+    """The time to first token's median (ms) of the streams opened in each quarter of the
+    ramp (``outcomes`` in the order they were opened): where in it a server ran out of
+    core, which the whole step's median does not tell."""
+    size = math.ceil(len(outcomes) / 4)
+    quarters = [outcomes[start : start + size] for start in range(0, len(outcomes), size)]
+    return [
+        round(quantile([first for _, first in quarter if first], 0.5) * 1000, 1)
+        for quarter in quarters
+    ]
 
 
 def load(
