@@ -191,16 +191,14 @@ async def run(config: Config) -> dict[str, Any]:
     }
 
 
-def _by_quarter(outcomes: list[tuple[str, float]]) -> list[float]:
+def _by_quarter(outcomes: list[tuple[str, float]]) -> list[float | None]:
     """The time to first token's median (ms) of the streams opened in each quarter of the
-    ramp (``outcomes`` in the order they were opened): where in it a server ran out of
-    core, which the whole step's median does not tell."""
-    size = math.ceil(len(outcomes) / 4)
-    quarters = [outcomes[start : start + size] for start in range(0, len(outcomes), size)]
-    return [
-        round(quantile([first for _, first in quarter if first], 0.5) * 1000, 1)
-        for quarter in quarters
-    ]
+    ramp (``outcomes`` in the order they were opened; None where none of them got a token):
+    where in it a server ran out of core, which the whole step's median does not tell."""
+    count = len(outcomes)
+    quarters = [outcomes[count * q // 4 : count * (q + 1) // 4] for q in range(4)]
+    firsts = [[first for _, first in quarter if first] for quarter in quarters]
+    return [round(quantile(each, 0.5) * 1000, 1) if each else None for each in firsts]
 
 
 def load(
