@@ -9,6 +9,9 @@ taken. Only then does the app start. (PostgreSQL is shared by design: no lock th
 Forwarded headers (``X-Forwarded-For``, ``X-Forwarded-Proto``) are believed only from the
 configured proxies, so no client can pick the address its limits are counted by.
 
+Connections are accepted many at a time (``accepting.Acceptor``), where uvloop's server
+accepts one each turn of the event loop and left clients waiting seconds under load.
+
 Stopping (SIGTERM, or Ctrl-C) drains before uvicorn shuts down: the server stops listening,
 its app takes no new run and gives the live ones their grace period, and only then are the
 connections closed and the app's lifespan ended (``DrainingServer``). With several workers
@@ -17,6 +20,7 @@ connections closed and the app's lifespan ended (``DrainingServer``). With sever
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import functools
@@ -40,6 +44,7 @@ from uvicorn.supervisors import multiprocess
 from agentstream.config import Settings
 from agentstream.datadir import open_private
 from agentstream.errors import ServeRefused
+from agentstream.server.accepting import Acceptor
 from agentstream.server.app import create_app
 from agentstream.store import Store
 from agentstream.store.store import sqlite_file
@@ -119,6 +124,21 @@ class DrainingServer(uvicorn.Server):
     shutdown, which waits up to ``CLOSE_TIMEOUT`` for the connections, then ends the app's
     lifespan (which interrupts the runs still going). A second Ctrl-C cuts the drain short,
     as it does uvicorn's waits."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start (the app's lifespan), then an ``Acceptor`` on each socket."""
+        if sockets is None:
+            raise TypeError("a DrainingServer serves the sockets it is given (serving.claim)")
+        await super().startup(sockets=[])
+        # uvicorn only closes the servers it keeps and waits for them to be closed
+        self.servers = [Acceptor(sock, self._protocol) for sock in sockets]  # type: ignore[misc]
+
+    def _protocol(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn's ``startup`` makes one."""
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
