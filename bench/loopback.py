@@ -67,17 +67,26 @@ def server_process(
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"server {args} exited with {process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            if _answers(port):
                 break
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         else:
             raise RuntimeError(f"server {args} did not start")
         yield Server(port, process.pid)
     finally:
         process.terminate()
         process.wait(10)
+
+
+def _answers(port: int) -> bool:
+    """The server on ``port`` answers a request: its app has started (agentstream's listens
+    before, and accepts once it has)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(request_bytes("GET", "/", b"", {}))
+            return sock.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
 
 
 def request_bytes(method: str, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:

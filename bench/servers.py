@@ -4,7 +4,9 @@
   ``words`` (the peers' model: "Write N words", paced by ``AGENTSTREAM_OFFLINE_TOKEN_DELAY``,
   default 0, like the offline model), ``clock`` (tokens are the time they were yielded, for
   latency) and ``tools`` (one turn of many tool calls, for many persisted events).
-  ``GET /bench/sql`` counts the SQL statements the process has executed, by verb.
+  ``GET /bench/sql`` counts the SQL statements the process has executed, by verb. Served
+  as ``agentstream serve`` serves it (``serving.DrainingServer`` on a socket from
+  ``serving.listen``: its connections accepted many at a time), logging warnings only.
 - ``baseline PORT [FRAMES_FILE]``: bare Starlette StreamingResponses, which is what a
   hand-rolled endpoint would do: ``/stream`` yields the given pre-encoded SSE frames,
   ``/paced`` yields delta frames at a pace, ``/replay`` a stored run's events.
@@ -44,6 +46,7 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.server import create_app
+from agentstream.server.serving import DrainingServer, listen
 from bench.peers import langgraph_app, pydantic_ai_app, ticks, word_count
 
 CLOCK_PACE = 0.001
@@ -179,8 +182,12 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # thousands of streams
     app: Starlette
     if kind == "agentstream":
-        app = agentstream_app(Path(rest[0]))
-    elif kind == "baseline":
+        config = uvicorn.Config(
+            agentstream_app(Path(rest[0])), host="127.0.0.1", port=port, log_level="warning"
+        )
+        DrainingServer(config).run(sockets=[listen("127.0.0.1", port)])
+        return
+    if kind == "baseline":
         raw = Path(rest[0]).read_bytes() if rest else b""
         app = baseline_app([frame + b"\n\n" for frame in raw.split(b"\n\n") if frame])
     elif kind == "pydantic-ai":
