@@ -46,7 +46,6 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.server import create_app
-from agentstream.server.serving import DrainingServer, listen
 from bench.peers import langgraph_app, pydantic_ai_app, ticks, word_count
 
 CLOCK_PACE = 0.001
@@ -176,16 +175,25 @@ def baseline_app(frames: list[bytes]) -> Starlette:
     )
 
 
+def serve_agentstream(app: Starlette, port: int) -> None:
+    """As ``agentstream serve`` serves the app, logging warnings only; a revision from before
+    ``serving.DrainingServer`` (scenario 7's ``BEFORE``) under uvicorn alone, as it served."""
+    try:
+        from agentstream.server.serving import DrainingServer, listen
+    except ImportError:
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
+        return
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    DrainingServer(config).run(sockets=[listen("127.0.0.1", port)])
+
+
 def main() -> None:
     kind, port, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # thousands of streams
     app: Starlette
     if kind == "agentstream":
-        config = uvicorn.Config(
-            agentstream_app(Path(rest[0])), host="127.0.0.1", port=port, log_level="warning"
-        )
-        DrainingServer(config).run(sockets=[listen("127.0.0.1", port)])
+        serve_agentstream(agentstream_app(Path(rest[0])), port)
         return
     if kind == "baseline":
         raw = Path(rest[0]).read_bytes() if rest else b""
