@@ -16,6 +16,7 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
+from ssl import SSLContext
 
 __all__ = ["AT_ONCE", "RETRY_AFTER", "Acceptor"]
 
@@ -28,19 +29,30 @@ through a loop that turns every 60 ms, while workers sharing the socket (``serve
 
 RETRY_AFTER = 1.0
 """Seconds without accepting after the process ran out of file descriptors or memory (as
-asyncio's server waits): the connections wait in the kernel's queue meanwhile."""
+asyncio's server waits), or the socket failed otherwise: the connections wait in the
+kernel's queue meanwhile."""
 
-_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_THIS_CONNECTION = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
+"""What ``accept`` fails with for one connection (reset before it was accepted, a protocol
+error, a firewall's no): the next may go through."""
 
 
 class Acceptor:
-    """Serves ``protocol``s on the connections to a listening socket (which it does not own:
-    closing the acceptor stops accepting, the socket stays open) until closed. What uvicorn's
-    ``Server`` needs of the servers it starts: ``close`` and ``wait_closed``."""
+    """Serves ``protocol_factory``'s protocols (over TLS with ``ssl``) on the connections to
+    a listening socket, which it does not own (closing the acceptor stops accepting, the
+    socket stays open), until closed. What uvicorn's ``Server`` needs of the servers it
+    starts: ``close`` and ``wait_closed``."""
 
-    def __init__(self, listener: socket.socket, protocol: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        *,
+        ssl: SSLContext | None = None,
+    ) -> None:
         self._listener = listener
-        self._protocol = protocol
+        self._protocol_factory = protocol_factory
+        self._ssl = ssl
         self._loop = asyncio.get_running_loop()
         self._opening: set[asyncio.Task[object]] = set()
         """The connections being handed to their transports (a task holds each until then)."""
@@ -55,22 +67,35 @@ class Acceptor:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
-                if error.errno in _OUT_OF_RESOURCES:
-                    logger.error(
-                        "Cannot accept connections (%s); trying again in %g s",
-                        error.strerror,
-                        RETRY_AFTER,
-                    )
-                    self._loop.remove_reader(self._listener)
-                    self._loop.call_later(RETRY_AFTER, self._resume)
-                    return
-                continue  # this connection failed (reset before it was accepted): the next
-            connection.setblocking(False)
-            opening = self._loop.create_task(
-                self._loop.connect_accepted_socket(self._protocol, connection)
-            )
-            self._opening.add(opening)
-            opening.add_done_callback(self._opened)
+                if error.errno in _THIS_CONNECTION:
+                    continue
+                # Out of file descriptors or memory, or the socket is broken: try again later
+                # (a loop readable at every turn would spin on the error meanwhile).
+                logger.error(
+                    "Cannot accept connections (%s); trying again in %g s",
+                    error.strerror or error,
+                    RETRY_AFTER,
+                )
+                self._loop.remove_reader(self._listener)
+                self._loop.call_later(RETRY_AFTER, self._resume)
+                return
+            self._open(connection)
+
+    def _open(self, connection: socket.socket) -> None:
+        """Hand the connection to a transport for its protocol (made here, so that a factory
+        that fails closes the connection at once)."""
+        try:
+            protocol = self._protocol_factory()
+        except Exception:
+            connection.close()
+            logger.exception("A connection could not be served")
+            return
+        connection.setblocking(False)
+        opening = self._loop.create_task(
+            self._loop.connect_accepted_socket(lambda: protocol, connection, ssl=self._ssl)
+        )
+        self._opening.add(opening)
+        opening.add_done_callback(self._opened)
 
     def _opened(self, opening: asyncio.Task[object]) -> None:
         self._opening.discard(opening)
@@ -88,6 +113,7 @@ class Acceptor:
             self._loop.remove_reader(self._listener)
 
     async def wait_closed(self) -> None:
-        """Until the connections accepted before ``close`` are handed to their transports."""
+        """Until the connections accepted before ``close`` have their transports (and their
+        protocols have been told of them)."""
         if self._opening:
             await asyncio.wait(self._opening)

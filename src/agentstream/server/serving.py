@@ -130,8 +130,9 @@ class DrainingServer(uvicorn.Server):
         if sockets is None:
             raise TypeError("a DrainingServer serves the sockets it is given (serving.claim)")
         await super().startup(sockets=[])
+        acceptors = [Acceptor(sock, self._protocol, ssl=self.config.ssl) for sock in sockets]
         # uvicorn only closes the servers it keeps and waits for them to be closed
-        self.servers = [Acceptor(sock, self._protocol) for sock in sockets]  # type: ignore[misc]
+        self.servers = acceptors  # type: ignore[assignment]
 
     def _protocol(self) -> asyncio.Protocol:
         """A connection's protocol, as uvicorn's ``startup`` makes one."""
@@ -143,6 +144,7 @@ class DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # uvicorn's shutdown closes them too: closing twice does nothing
+            await server.wait_closed()  # connections accepted just before are drained too
         for sock in sockets or []:
             sock.close()
         drain = _drain_of(self.config.loaded_app)
