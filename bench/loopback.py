@@ -51,7 +51,7 @@ def free_port() -> int:
 def server_process(
     *args: str, env: Mapping[str, str] | None = None, source: Path | None = None
 ) -> Iterator[Server]:
-    """Start ``python -m bench.servers ARGS`` on a free port; yield it once it listens.
+    """Start ``python -m bench.servers ARGS`` on a free port; yield it once it answers.
     ``source``: a checkout whose ``src`` the server imports agentstream from (another
     revision, to compare with); default: the agentstream this bench imports."""
     port = free_port()

@@ -5,8 +5,8 @@
   default 0, like the offline model), ``clock`` (tokens are the time they were yielded, for
   latency) and ``tools`` (one turn of many tool calls, for many persisted events).
   ``GET /bench/sql`` counts the SQL statements the process has executed, by verb. Served
-  as ``agentstream serve`` serves it (``serving.DrainingServer`` on a socket from
-  ``serving.listen``: its connections accepted many at a time), logging warnings only.
+  by agentstream's server (``serving.DrainingServer``: its connections accepted many at a
+  time), stopping at once (no grace period for live runs).
 - ``baseline PORT [FRAMES_FILE]``: bare Starlette StreamingResponses, which is what a
   hand-rolled endpoint would do: ``/stream`` yields the given pre-encoded SSE frames,
   ``/paced`` yields delta frames at a pace, ``/replay`` a stored run's events.
@@ -87,7 +87,7 @@ def agentstream_app(data_dir: Path) -> Starlette:
     os.environ.setdefault("AGENTSTREAM_OFFLINE_TOKEN_DELAY", "0")
     statements = _counted_statements()
     app = create_app(
-        Settings(data_dir=data_dir, demo=True),
+        Settings(data_dir=data_dir, demo=True, shutdown_grace_seconds=0),
         models=[
             WordsModel("clock", CLOCK_PACE, clock=True),
             WordsModel("words", float(os.environ["AGENTSTREAM_OFFLINE_TOKEN_DELAY"])),
@@ -176,15 +176,18 @@ def baseline_app(frames: list[bytes]) -> Starlette:
 
 
 def serve_agentstream(app: Starlette, port: int) -> None:
-    """As ``agentstream serve`` serves the app, logging warnings only; a revision from before
-    ``serving.DrainingServer`` (scenario 7's ``BEFORE``) under uvicorn alone, as it served."""
+    """On agentstream's server (``serving.DrainingServer``, which accepts connections many at
+    a time), uvicorn's settings otherwise as the others' (warnings only, a backlog of 4,096);
+    a revision from before it (scenario 7's ``BEFORE``) under uvicorn alone, as it served."""
     try:
         from agentstream.server.serving import DrainingServer, listen
     except ImportError:
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
         return
+    listener = listen("127.0.0.1", port)
+    listener.listen(4096)  # the others' backlog
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    DrainingServer(config).run(sockets=[listen("127.0.0.1", port)])
+    DrainingServer(config).run(sockets=[listener])
 
 
 def main() -> None:
