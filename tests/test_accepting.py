@@ -47,7 +47,8 @@ LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 """The event loops ``agentstream serve`` runs on: uvloop, or asyncio's where it is missing."""
 
 
-def in_uvloop(main: Callable[[], Coroutine[Any, Any, T]], loop: str = "uvloop") -> T:
+def run_in(main: Callable[[], Coroutine[Any, Any, T]], loop: str = "uvloop") -> T:
+    """``main()`` run to its end on a new event loop of ``LOOPS``."""
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         return runner.run(main())
 
@@ -94,7 +95,7 @@ def test_a_burst_of_connections_is_accepted_in_a_few_turns_of_the_loop(loop: str
         assert made[0] == BURST
         return turns
 
-    assert in_uvloop(main, loop) <= A_FEW_TURNS
+    assert run_in(main, loop) <= A_FEW_TURNS
 
 
 def test_uvloop_alone_accepts_one_connection_a_turn() -> None:
@@ -110,7 +111,7 @@ def test_uvloop_alone_accepts_one_connection_a_turn() -> None:
             server.close()
         return turns
 
-    assert in_uvloop(main) >= BURST
+    assert run_in(main) >= BURST
 
 
 def test_a_closed_acceptor_accepts_nothing_and_leaves_the_socket_open() -> None:
@@ -125,7 +126,7 @@ def test_a_closed_acceptor_accepts_nothing_and_leaves_the_socket_open() -> None:
             assert made == [0]
             assert listener.fileno() != -1
 
-    in_uvloop(main)
+    run_in(main)
 
 
 class OutOfDescriptors(socket.socket):
@@ -173,7 +174,7 @@ def test_out_of_descriptors_it_waits_then_accepts_again(
         assert made == [3]
 
     with caplog.at_level(logging.ERROR, logger="agentstream.server.accepting"):
-        in_uvloop(main)
+        run_in(main)
     assert [record.getMessage() for record in caplog.records] == [
         "Cannot accept connections (Too many open files); trying again in 0.05 s"
     ]
@@ -229,7 +230,7 @@ def test_the_server_accepts_its_connections_many_a_turn_and_stops_when_told() ->
                     )
         return turns, answers
 
-    turns, answers = in_uvloop(main)
+    turns, answers = run_in(main)
     assert turns <= A_FEW_TURNS
     assert all(answer.startswith(b"HTTP/1.1 204 ") for answer in answers)
 
@@ -262,4 +263,4 @@ def test_a_server_given_a_certificate_serves_over_tls(tmp_path: Path) -> None:
                 port = listener.getsockname()[1]
                 return await asyncio.get_running_loop().run_in_executor(None, get, port)
 
-    assert in_uvloop(main).startswith(b"HTTP/1.1 204 ")
+    assert run_in(main).startswith(b"HTTP/1.1 204 ")
