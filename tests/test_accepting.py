@@ -1,7 +1,7 @@
 """Connections accepted many at each turn of the event loop (``accepting.Acceptor``), where
 uvloop's own server accepts one: under load a turn takes tens of milliseconds, and clients
 opening streams faster than the turns waited seconds in the kernel's queue. Counted in
-turns of a uvloop loop (a callback that schedules itself again each turn), not in time."""
+turns of the event loop (a callback that schedules itself again each turn), not in time."""
 
 from __future__ import annotations
 
