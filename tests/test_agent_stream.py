@@ -25,12 +25,14 @@ from agentstream.providers.base import (
 )
 from agentstream.providers.scripted import ScriptedModel
 from agentstream.store import Store
+from agentstream.store.database import Database
 from agentstream.views.native import NativeFrameAdapter
 from conftest import (
     FORWARDED_ONLY,
     STORES,
     LiveServer,
     make_settings,
+    on_its_own_loop,
     rows,
     serve,
     serve_on,
@@ -279,6 +281,47 @@ def test_a_run_is_recorded_with_its_first_steps_start_in_one_write(
     assert [step for _, step in started] == [1, 2]
     assert started[0][0] == 2 < started[1][0]
     assert [f["step"] for f in frames if f["event"] == "step_started"] == [1, 2]
+
+
+def test_a_run_start_reads_the_definitions_counter_once_and_uses_an_edit_at_once(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run start looks up its key and its agent on one read of the definitions' counter;
+    an agent edited through the API, or by another connection to the database (another
+    process, a command), is the next run's."""
+    counted: list[str] = []
+    read_value = Database.read_value
+
+    async def counting(db: Database, sql: str) -> Any:
+        counted.append(sql)
+        return await read_value(db, sql)
+
+    monkeypatch.setattr(Database, "read_value", counting)
+    body = {"message": "Write 3 words", "reasoning": False}
+    with server.client() as http:
+        edited = http.patch("/api/agents/demo", json={"instructions": "Edited."})
+        assert edited.status_code == 200, edited.text
+        counted.clear()
+        frames = stream_frames(server, "demo", body)[1]
+        assert len(counted) == 1
+        version = http.get(f"/api/agents/runs/{frames[0]['run_id']}").json()["agent_version"]
+        assert version == edited.json()["version"]
+
+        async def edit_elsewhere() -> int:
+            store = await Store.open(server.settings.database)
+            try:
+                stored = await store.get_agent("demo")
+                assert stored is not None
+                spec = stored.spec.model_copy(update={"instructions": "Elsewhere."})
+                return (await store.put_agent(spec)).version
+            finally:
+                await store.close()
+
+        elsewhere = on_its_own_loop(edit_elsewhere)
+        assert elsewhere == version + 1
+        frames = stream_frames(server, "demo", body)[1]
+        run = http.get(f"/api/agents/runs/{frames[0]['run_id']}").json()
+        assert run["agent_version"] == elsewhere
 
 
 def test_memory_holds_no_preamble(server: LiveServer) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, event, insert, select
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentstream.agents import AgentSpec
+from agentstream.agents import AgentSpec, StoredAgent
 from agentstream.deployments import DeploymentSettings
 from agentstream.errors import Conflict
 from agentstream.events import (
@@ -65,6 +65,7 @@ from agentstream.runtime.tools import Tool
 from agentstream.store import Store
 from agentstream.store.clock import now
 from agentstream.store.database import Database, NewRow, UnknownColumns, add
+from agentstream.store.definitions_cache import one_request
 from agentstream.store.processes import ProcessStore
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
@@ -1170,6 +1171,61 @@ async def test_what_a_store_looked_up_follows_every_change_made_through_another(
             async with writer.engine.begin() as db:
                 await db.exec_driver_sql("TRUNCATE api_keys CASCADE")
             assert await reader.api_key_name(key) is None
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+@contextmanager
+def counter_reads(store: Store) -> Iterator[list[str]]:
+    """The reads of the definitions' counter ``store`` makes within the block, one item
+    each."""
+    reads: list[str] = []
+    read_value = store.db.read_value
+
+    async def counted(sql: str) -> Any:
+        reads.append(sql)
+        return await read_value(sql)
+
+    store.db.read_value = counted  # type: ignore[method-assign]
+    try:
+        yield reads
+    finally:
+        del store.db.read_value
+
+
+async def test_one_requests_lookups_read_the_definitions_counter_once(database_url: str) -> None:
+    """Within ``one_request`` (a route's handler) the key's and the agent's lookups share
+    one read of the counter; outside it, and in a task the request starts (a run's), each
+    lookup reads it, so a change made meanwhile by another connection is seen at once; a
+    change made through the store within the request is seen by its next lookup."""
+    reader, writer = [await Store.open(database_url) for _ in range(2)]
+    try:
+        key = await writer.create_api_key("ci")
+        first = await writer.put_agent(AgentSpec(id="once", instructions="One."))
+        with counter_reads(reader) as reads:
+            with one_request():
+                assert await reader.api_key_name(key) == "ci"
+                assert await reader.get_agent("once") == first
+                assert await reader.get_agent("missing") is None
+            assert len(reads) == 1
+
+            with one_request():
+                assert await reader.get_agent("once") == first
+                second = await writer.put_agent(AgentSpec(id="once", instructions="Two."))
+
+                async def started_within() -> StoredAgent | None:
+                    return await reader.get_agent("once")
+
+                assert await asyncio.create_task(started_within()) == second
+                third = await reader.put_agent(AgentSpec(id="once", instructions="Three."))
+                assert await reader.get_agent("once") == third  # its own change
+            assert len(reads) == 4  # 1 + the task's + the one after the change
+
+            with one_request():
+                assert await reader.get_agent("once") == third
+            assert await reader.get_agent("once") == third
+            assert len(reads) == 6
     finally:
         await reader.close()
         await writer.close()

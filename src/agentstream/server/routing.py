@@ -31,6 +31,7 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from agentstream.server.validation import check_request, is_json
+from agentstream.store.definitions_cache import one_request
 
 __all__ = ["Route", "Router"]
 
@@ -95,14 +96,15 @@ class Route(APIRoute):
         super().__init__(path, endpoint, dependencies=checked, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The request's lookups of definitions (its key's, its agent's) share one read of
+        their counter (``one_request``)."""
         handler = super().get_route_handler()
         direct = DirectCall.of(_served(self))
-        if direct is None:
-            return handler
 
         async def handle(request: Request) -> Response:
-            response = await direct.serve(request)
-            return await handler(request) if response is None else response
+            with one_request():
+                response = None if direct is None else await direct.serve(request)
+                return await handler(request) if response is None else response
 
         return handle
 

@@ -3,11 +3,11 @@ asyncpg's own API, which take turns on it.
 
 A checkout from SQLAlchemy's pool and a statement through its greenlet bridge cost about
 300,000 instructions each; asyncpg's own call on a connection already at hand, a tenth of
-that (``bench.start_instructions``). A run start makes three statements that are whole on
-their own, outside any transaction: the definitions' counter, read twice
-(``DefinitionsCache``), and its rows, inserted in one statement (``OneStatement``). They go
-on two held connections, one for reads and one for writes: a lookup does not wait for an
-INSERT (which a lock taken elsewhere may hold up), nor an INSERT for the reads.
+that (``bench.start_instructions``). A run start makes two statements that are whole on
+their own, outside any transaction: the definitions' counter, read once for the request's
+lookups (``DefinitionsCache``), and its rows, inserted in one statement (``OneStatement``).
+They go on two held connections, one for reads and one for writes: a lookup does not wait
+for an INSERT (which a lock taken elsewhere may hold up), nor an INSERT for the reads.
 """
 
 from __future__ import annotations

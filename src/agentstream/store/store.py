@@ -198,6 +198,7 @@ class Store:
         key = "as_" + secrets.token_urlsafe(24)
         async with self.db.write() as db:
             db.add(ApiKeyRow(name=name, digest=digest(key), created_at=now()))
+        self._definitions.changed()
         return key
 
     async def api_key_name(self, key: str) -> str | None:
@@ -219,6 +220,7 @@ class Store:
         """Delete the key: from the next request on, it is refused. False if there is none."""
         async with self.db.write() as db:
             deleted = await db.execute(delete(ApiKeyRow).where(ApiKeyRow.id == key_id))
+        self._definitions.changed()
         return bool(deleted.rowcount)  # type: ignore[attr-defined]
 
     # Agents
@@ -234,6 +236,7 @@ class Store:
                 row.version += 1
                 row.spec = definition
                 row.updated_at = now()
+        self._definitions.changed()
         return _stored_agent(row, row.spec, row.version)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
@@ -251,6 +254,7 @@ class Store:
     async def delete_agent(self, agent_id: str) -> bool:
         async with self.db.write() as db:
             result = await db.execute(delete(AgentRow).where(AgentRow.id == agent_id))
+        self._definitions.changed()
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # Chat deployments
@@ -286,6 +290,7 @@ class Store:
             if not inserted:
                 for name, value in fields.items():
                     setattr(row, name, value)
+        self._definitions.changed()
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:
@@ -304,6 +309,7 @@ class Store:
     async def delete_deployment(self, slug: str) -> bool:
         async with self.db.write() as db:
             result = await db.execute(delete(DeploymentRow).where(DeploymentRow.slug == slug))
+        self._definitions.changed()
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # Sessions and runs
