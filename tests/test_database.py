@@ -71,6 +71,7 @@ from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base, MessageRow, RunEventRow, RunRow, SessionRow
 from agentstream.store.workflows import WorkflowStore
 from agentstream.workflows import Workflow, parse_workflow
+from conftest import through_sqlalchemy
 
 pytestmark = pytest.mark.anyio
 
@@ -1198,7 +1199,8 @@ async def test_one_requests_lookups_read_the_definitions_counter_once(database_u
     """Within ``one_request`` (a route's handler) the key's and the agent's lookups share
     one read of the counter; outside it, and in a task the request starts (a run's), each
     lookup reads it, so a change made meanwhile by another connection is seen at once; a
-    change made through the store within the request is seen by its next lookup."""
+    change made through the store within the request is seen by its next lookup. A
+    request's lookup on its older read leaves what is kept under a newer one as it is."""
     reader, writer = [await Store.open(database_url) for _ in range(2)]
     try:
         key = await writer.create_api_key("ci")
@@ -1212,18 +1214,22 @@ async def test_one_requests_lookups_read_the_definitions_counter_once(database_u
 
             with one_request():
                 assert await reader.get_agent("once") == first
-                second = await writer.put_agent(AgentSpec(id="once", instructions="Two."))
+                second = await reader.put_agent(AgentSpec(id="once", instructions="Two."))
+                assert await reader.get_agent("once") == second  # its own change
+                third = await writer.put_agent(AgentSpec(id="once", instructions="Three."))
 
                 async def started_within() -> StoredAgent | None:
                     return await reader.get_agent("once")
 
-                assert await asyncio.create_task(started_within()) == second
-                third = await reader.put_agent(AgentSpec(id="once", instructions="Three."))
-                assert await reader.get_agent("once") == third  # its own change
-            assert len(reads) == 4  # 1 + the task's + the one after the change
+                assert await asyncio.create_task(started_within()) == third
+                with through_sqlalchemy("agents") as agent_reads:
+                    await reader.get_agent("once")  # read: its counter is older than kept's
+                assert len(agent_reads) == 1
+            assert len(reads) == 4  # 1 + the one after its change + the task's
 
-            with one_request():
+            with through_sqlalchemy("agents") as agent_reads, one_request():
                 assert await reader.get_agent("once") == third
+            assert agent_reads == []  # kept since the task read it
             assert await reader.get_agent("once") == third
             assert len(reads) == 6
     finally:

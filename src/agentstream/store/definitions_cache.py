@@ -38,18 +38,18 @@ _REVISION = str(select(DefinitionsRevisionRow.revision))
 """The same SQL on every dialect, for the driver."""
 
 
-class _Request:
+class _RequestReads:
     """The lookups of one request, made by the task that serves it: the counter each
     cache has read for them."""
 
     __slots__ = ("revisions", "task")
 
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
-        self.task = task
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task: asyncio.Task[Any] | None = task
         self.revisions: dict[DefinitionsCache, int] = {}
 
 
-_REQUEST: ContextVar[_Request | None] = ContextVar("definitions_request", default=None)
+_REQUEST: ContextVar[_RequestReads | None] = ContextVar("definitions_request", default=None)
 
 
 @contextmanager
@@ -61,13 +61,16 @@ def one_request() -> Iterator[None]:
     seen by the block's next lookup (``DefinitionsCache.changed``). The tasks it starts
     (a run's) are not the request: each of their lookups reads the counter, as any
     lookup outside a block does."""
-    request = _Request(asyncio.current_task())
-    token = _REQUEST.set(request)
+    task = asyncio.current_task()
+    assert task is not None, "a request is served by a task"
+    reads = _RequestReads(task)
+    token = _REQUEST.set(reads)
     try:
         yield
     finally:
         _REQUEST.reset(token)
-        request.task = None  # a task started within keeps a copy of the variable
+        reads.task = None  # a task started within keeps a copy of the variable
+        reads.revisions.clear()
 
 
 class DefinitionsCache:
@@ -83,9 +86,13 @@ class DefinitionsCache:
         there) is not kept: an unknown key costs a read each time, and no memory.
 
         The counter is read before the value, so a value kept under a revision was read
-        after it: while the counter stays there, nothing changed since."""
-        revision = await self._counter()
+        after it: while the counter stays there, nothing changed since. A request's later
+        lookup goes on the counter its first one read: where what is kept is of another
+        revision (a newer one, read since), it reads the value and leaves what is kept."""
+        revision, read_now = await self._counter()
         if revision != self._revision:
+            if not read_now:
+                return await read()
             self._kept.clear()
             self._revision = revision
         elif key in self._kept:
@@ -98,20 +105,21 @@ class DefinitionsCache:
     def changed(self) -> None:
         """A definition was changed through this store: the request that changed it
         (``one_request``) reads the counter again at its next lookup."""
-        request = _REQUEST.get()
-        if request is not None:
-            request.revisions.pop(self, None)
+        reads = _REQUEST.get()
+        if reads is not None:
+            reads.revisions.pop(self, None)
 
-    async def _counter(self) -> int:
-        """The definitions' counter: read now, or, in a request that read it already, as
-        read then."""
-        request = _REQUEST.get()
-        if request is None or request.task is not asyncio.current_task():
-            return await self._read_counter()
-        revision = request.revisions.get(self)
-        if revision is None:
-            revision = request.revisions[self] = await self._read_counter()
-        return revision
+    async def _counter(self) -> tuple[int, bool]:
+        """The definitions' counter, and whether it was read now: in a request that read it
+        already, as read then."""
+        reads = _REQUEST.get()
+        if reads is None or reads.task is not asyncio.current_task():
+            return await self._read_counter(), True
+        revision = reads.revisions.get(self)
+        if revision is not None:
+            return revision, False
+        revision = reads.revisions[self] = await self._read_counter()
+        return revision, True
 
     async def _read_counter(self) -> int:
         revision = await self._db.read_value(_REVISION)
