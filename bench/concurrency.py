@@ -105,7 +105,7 @@ def measure(
     """Scenario 2 for ``systems``; agentstream from the checkout ``source`` if given."""
     steps = QUICK_STEPS if quick else STEPS
     hold = 2.0 if quick else 6.0
-    skipped = services.unavailable() if "agentstream-postgresql" in systems else None
+    skipped = services.unavailable(cluster=False) if "agentstream-postgresql" in systems else None
     measured = ladders(
         {
             name: functools.partial(step, name, hold=hold, starts_per_s=STARTS_PER_S, source=source)

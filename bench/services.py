@@ -22,13 +22,19 @@ PROCESSES = ("postgres", "redis-server")
 """The services' process names (``loopback.cpu_seconds_named``)."""
 
 
-def unavailable() -> str | None:
-    """Why cluster mode cannot be measured here (a service not answering), or None."""
+def unavailable(*, cluster: bool = True) -> str | None:
+    """Why agentstream in cluster mode (PostgreSQL and Redis), or with ``cluster`` False on
+    PostgreSQL alone, cannot be measured here (a service not answering), or None."""
     try:
         asyncio.run(_execute("SELECT 1"))
+    except (OSError, asyncpg.PostgresError) as exc:
+        return f"PostgreSQL ({POSTGRES_URL}) needed: {exc}"
+    if not cluster:
+        return None
+    try:
         redis.Redis.from_url(REDIS_URL).ping()
-    except (OSError, asyncpg.PostgresError, redis.RedisError) as exc:
-        return f"PostgreSQL ({POSTGRES_URL}) and Redis ({REDIS_URL}) needed: {exc}"
+    except (OSError, redis.RedisError) as exc:
+        return f"Redis ({REDIS_URL}) needed: {exc}"
     return None
 
 

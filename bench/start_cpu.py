@@ -84,7 +84,7 @@ def main() -> None:
     if options.starts < 1 or options.rounds < 1:
         parser.error("--starts and --rounds take a number from 1")
     systems = list(SYSTEMS)
-    if (missing := services.unavailable()) is not None:
+    if (missing := services.unavailable(cluster=False)) is not None:
         print(f"agentstream-postgresql: not measured ({missing})")
         systems.remove("agentstream-postgresql")
     figures = measure(options.starts, options.rounds, systems)

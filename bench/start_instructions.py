@@ -120,7 +120,8 @@ def main() -> None:
         "AGENTSTREAM_REDIS_PREFIX",
     ):
         os.environ.pop(setting, None)  # the store is ``--store``'s, whatever is exported
-    if options.store != "sqlite" and (missing := services.unavailable()) is not None:
+    cluster = options.store == "cluster"
+    if options.store != "sqlite" and (missing := services.unavailable(cluster=cluster)):
         sys.exit(missing)
     rows = [("working tree", per_start(BENCH_ROOT, options.starts, options.store))]
     for revision in options.revisions:
