@@ -19,12 +19,13 @@ of the counter, the first one's: on PostgreSQL a run start makes one round trip 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentstream.store.database import Database
 from agentstream.store.tables import DefinitionsRevisionRow
@@ -58,7 +59,7 @@ def one_request() -> Iterator[None]:
     definitions' counter once (each store's): a change committed while the request is
     under way may be seen by its later lookups or not, as if it had come a moment later or
     sooner; the next request sees it. A change made through the store within the block is
-    seen by the block's next lookup (``DefinitionsCache.changed``). The tasks it starts
+    seen by the block's next lookup (``DefinitionsCache.write``). The tasks it starts
     (a run's) are not the request: each of their lookups reads the counter, as any
     lookup outside a block does."""
     task = asyncio.current_task()
@@ -102,9 +103,13 @@ class DefinitionsCache:
             self._kept[key] = value
         return value
 
-    def changed(self) -> None:
-        """A definition was changed through this store: the request that changed it
-        (``one_request``) reads the counter again at its next lookup."""
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A transaction that changes definitions (``Database.write``): once it is
+        committed, the request that made it (``one_request``) reads the counter again at
+        its next lookup."""
+        async with self._db.write() as db:
+            yield db
         reads = _REQUEST.get()
         if reads is not None:
             reads.revisions.pop(self, None)

@@ -196,9 +196,8 @@ class Store:
     async def create_api_key(self, name: str) -> str:
         """A new key; only its digest is kept, so this is the one time it can be read."""
         key = "as_" + secrets.token_urlsafe(24)
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             db.add(ApiKeyRow(name=name, digest=digest(key), created_at=now()))
-        self._definitions.changed()
         return key
 
     async def api_key_name(self, key: str) -> str | None:
@@ -218,9 +217,8 @@ class Store:
 
     async def revoke_api_key(self, key_id: int) -> bool:
         """Delete the key: from the next request on, it is refused. False if there is none."""
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             deleted = await db.execute(delete(ApiKeyRow).where(ApiKeyRow.id == key_id))
-        self._definitions.changed()
         return bool(deleted.rowcount)  # type: ignore[attr-defined]
 
     # Agents
@@ -230,13 +228,12 @@ class Store:
         definition = spec.model_dump(mode="json")
         new = AgentRow(id=spec.id, version=1, spec=definition, created_at=now())
         new.updated_at = new.created_at
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             row, inserted = await self.db.insert_or_lock(db, new)
             if not inserted and row.spec != definition:
                 row.version += 1
                 row.spec = definition
                 row.updated_at = now()
-        self._definitions.changed()
         return _stored_agent(row, row.spec, row.version)
 
     async def get_agent(self, agent_id: str) -> StoredAgent | None:
@@ -252,9 +249,8 @@ class Store:
             return [_stored_agent(row, row.spec, row.version) for row in rows]
 
     async def delete_agent(self, agent_id: str) -> bool:
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             result = await db.execute(delete(AgentRow).where(AgentRow.id == agent_id))
-        self._definitions.changed()
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # Chat deployments
@@ -285,12 +281,11 @@ class Store:
             "updated_at": now(),
         }
         new = DeploymentRow(slug=settings.slug, created_at=fields["updated_at"], **fields)
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             row, inserted = await self.db.insert_or_lock(db, new)
             if not inserted:
                 for name, value in fields.items():
                     setattr(row, name, value)
-        self._definitions.changed()
         return _stored_deployment(row)
 
     async def get_deployment(self, slug: str) -> StoredDeployment | None:
@@ -307,9 +302,8 @@ class Store:
             return [_stored_deployment(row) for row in rows]
 
     async def delete_deployment(self, slug: str) -> bool:
-        async with self.db.write() as db:
+        async with self._definitions.write() as db:
             result = await db.execute(delete(DeploymentRow).where(DeploymentRow.slug == slug))
-        self._definitions.changed()
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     # Sessions and runs
