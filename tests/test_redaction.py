@@ -3,6 +3,7 @@ text that must stay untouched, idempotence, and property tests over random words
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -229,9 +230,12 @@ def test_module_level_redact_reuses_one_redactor() -> None:
 
 # --- idempotence and properties --------------------------------------------------------
 
+_EXTENSION_LABEL = re.compile(r"e?xt(?:ension)?n?|anexo|x|int", re.IGNORECASE)
+"""Words that libphonenumber reads as an extension's label after a phone number ("+1
+415-555-2671 x 2024" is one number, its extension in it): redacted with it, by design."""
 _WORD = st.text(
     alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=10
-)
+).filter(lambda word: _EXTENSION_LABEL.fullmatch(word) is None)
 _SAFE_TOKENS = [
     "2024",
     "1999",
@@ -263,6 +267,11 @@ _CHUNK = st.builds(
 def test_redaction_is_idempotent(text: str) -> None:
     once = redact(f"x {text} y {text}")
     assert redact(once) == once
+
+
+@pytest.mark.parametrize("label", ["x", "X", "ext.", "extension", "int"])
+def test_a_phone_numbers_extension_is_redacted_with_it(label: str) -> None:
+    assert redact(f"call +1 415-555-2671 {label} 2024 today") == "call [PHONE] today"
 
 
 @settings(max_examples=300)
