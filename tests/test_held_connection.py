@@ -126,6 +126,56 @@ async def test_a_cancelled_caller_leaves_the_others_their_shared_read(
         await store.close()
 
 
+async def test_a_reads_callers_resume_in_the_next_turn_and_the_next_read_goes_at_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each turn of the event loop a lookup waits more is tens of milliseconds once the
+    process is at a whole core. A read's callers resume in the turn after its answer, and
+    the callers that asked meanwhile have theirs sent in the very turn of that answer."""
+    store = await Store.open(postgres_url)
+    happened: list[str] = []
+    sent, release = asyncio.Event(), asyncio.Event()
+    fetchval = asyncpg.Connection.fetchval
+
+    async def recorded(connection: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        first = not sent.is_set()
+        happened.append("sent")
+        sent.set()
+        value = await fetchval(connection, *args, **kwargs)
+        if first:  # until the others have asked
+            await release.wait()
+        happened.append("answered")
+        return value
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0)
+            happened.append("tick")
+
+    async def read() -> None:
+        await store.db.read_value(COUNTER)
+        happened.append("resumed")
+
+    try:
+        await store.db.read_value(COUNTER)  # the held connection, connected
+        monkeypatch.setattr(asyncpg.Connection, "fetchval", recorded)
+        ticking = asyncio.create_task(tick())
+        first = asyncio.create_task(read())
+        await asyncio.wait_for(sent.wait(), 10)
+        meanwhile = [asyncio.create_task(read()) for _ in range(3)]
+        await asyncio.sleep(0)  # they ask
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, *meanwhile), 10)
+        ticking.cancel()
+        answered = happened.index("answered")
+        assert happened[answered : answered + 4] == ["answered", "sent", "tick", "resumed"]
+        answered = happened.index("answered", answered + 1)
+        assert happened[answered : answered + 5] == ["answered", "tick"] + ["resumed"] * 3
+    finally:
+        monkeypatch.undo()
+        await store.close()
+
+
 async def test_a_read_whose_held_connection_was_lost_is_read_again_through_the_pool(
     postgres_url: str,
 ) -> None:

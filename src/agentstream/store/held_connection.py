@@ -13,7 +13,6 @@ for an INSERT (which a lock taken elsewhere may hold up), nor an INSERT for the 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +39,17 @@ without a word (a proxy's, a NAT's) would hold every lookup of the process until
 up, some fifteen minutes."""
 
 
+def _tell(waiting: list[asyncio.Future[Any]], outcome: Any) -> None:
+    """Each caller still waiting (not cancelled): the value read, or the error."""
+    for waiter in waiting:
+        if waiter.done():
+            continue
+        if isinstance(outcome, Exception):
+            waiter.set_exception(outcome)
+        else:
+            waiter.set_result(outcome)
+
+
 class Closed(Exception):
     """The connection was given back (``HeldConnection.close``)."""
 
@@ -55,8 +65,10 @@ class HeldConnection:
         self.turn = asyncio.Lock()
         """Held by a statement, and by ``close``, which waits for it."""
         self._closed = False
-        self._next_reads: dict[str, asyncio.Task[Any]] = {}
-        """By statement, the read that has not gone out yet (``value``)."""
+        self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
+        """By statement, the callers waiting for a read that has not gone out yet."""
+        self._readers: dict[str, asyncio.Task[None]] = {}
+        """By statement, the task reading for them (``value``)."""
 
     async def driver(self) -> asyncpg.Connection:
         """The connection, once it is this caller's ``turn``: a new one of the pool's where
@@ -79,18 +91,39 @@ class HeldConnection:
         definitions' counter, each asking while the one before was under way. Where the
         driver fails (the connection lost: dropped; no answer in ``READ_TIMEOUT``) or this
         is closed, ``again()`` reads it, once for them all (through the pool, which raises
-        SQLAlchemy's errors)."""
-        read = self._next_reads.get(sql)
-        if read is None:
-            read = self._next_reads[sql] = asyncio.create_task(self._read(sql, again))
-            read.add_done_callback(functools.partial(self._read_over, sql))
-        return await asyncio.shield(read)  # a caller cancelled: the others still wait for it
+        SQLAlchemy's errors).
+
+        A caller waits on a future of its own, set by the task that reads (``_reads``): a
+        caller cancelled leaves the read to the others, and the others resume in the turn
+        of the event loop after the answer (awaited through ``asyncio.shield``, two turns
+        later: tens of milliseconds each, once the process is at a whole core)."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(sql, []).append(waiter)
+        if sql not in self._readers:
+            self._readers[sql] = asyncio.create_task(self._reads(sql, again))
+        return await waiter
+
+    async def _reads(self, sql: str, again: Callable[[], Awaitable[Any]]) -> None:
+        """Reads for the callers waiting, one after the other, the next one sent as soon as
+        the one before has its answer, until none waits. A checkout that fails (the pool
+        busy for ``POOL_WAIT``, the database gone) fails the read: through the pool it would
+        wait as long again."""
+        waiting: list[asyncio.Future[Any]] = []
+        try:
+            while waiting := self._waiting.pop(sql, []):  # a caller from here on: the next
+                try:
+                    value = await self._read(sql, again)
+                except Exception as exc:
+                    _tell(waiting, exc)
+                else:
+                    _tell(waiting, value)
+        finally:
+            del self._readers[sql]
+            for waiter in (*waiting, *self._waiting.pop(sql, [])):  # the loop closing
+                waiter.cancel()
 
     async def _read(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
-        """A checkout that fails (the pool busy for ``POOL_WAIT``, the database gone) fails
-        the read: through the pool it would wait as long again."""
         async with self.turn:
-            del self._next_reads[sql]  # from here on, a caller waits for the next read
             try:
                 driver = await self.driver()
                 return await driver.fetchval(sql, timeout=READ_TIMEOUT)
@@ -99,15 +132,6 @@ class HeldConnection:
             except (asyncpg.PostgresError, Closed):
                 pass
         return await again()
-
-    def _read_over(self, sql: str, read: asyncio.Task[Any]) -> None:
-        """A read that ended before its turn came (cancelled with the loop) is no longer the
-        next; and one whose every caller was cancelled has its error retrieved: nobody's,
-        and not logged."""
-        if self._next_reads.get(sql) is read:
-            del self._next_reads[sql]
-        if not read.cancelled():
-            read.exception()
 
     async def drop(self) -> None:
         """Forget the connection (lost, or in a state the driver cannot go on from): the
