@@ -236,6 +236,109 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
         await store.close()
 
 
+async def test_callers_waiting_to_insert_resume_and_lead_one_turn_of_the_loop_later(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each turn of the event loop a run start waits more is tens of milliseconds once the
+    process is at a whole core. Ten callers insert at once: the next caller to lead sends
+    its group in the turn after the first group's caller resumed, and the callers whose
+    rows it wrote resume in the turn after it."""
+    store = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+    happened: list[str] = []
+    write_rows = Database._write_rows
+
+    async def recorded(database: Database, inserts: list[Any]) -> None:
+        happened.append("sent")
+        await write_rows(database, inserts)
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0)
+            happened.append("tick")
+
+    async def append(seq: int) -> None:
+        await store.append_events(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
+        happened.append("resumed")
+
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        groups = _groups_written(monkeypatch)
+        monkeypatch.setattr(Database, "_write_rows", recorded)
+        ticking = asyncio.create_task(tick())
+        await asyncio.gather(*(append(seq) for seq in range(2, 12)))
+        ticking.cancel()
+        assert groups == [1, 9]
+        first = happened.index("resumed")
+        assert happened[first : first + 3] == ["resumed", "tick", "sent"]
+        led = happened.index("resumed", first + 1)
+        assert happened[led : led + 10] == ["resumed", "tick"] + ["resumed"] * 8
+    finally:
+        await store.runs.mark_failed(run_id, "The test is over")
+        await store.close()
+
+
+async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_written(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each caller waits on a future of its own, which its cancel cancels. One cancelled
+    while it waits, and one in the very turn the leader is done (before it could
+    withdraw): their rows stay out. One cancelled just as it is told to lead: the next one
+    leads. One cancelled once a leader has taken its rows: they go in, and the others are
+    told theirs did."""
+    store = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+    write_rows = Database._write_rows
+    writes: list[list[int]] = []
+    release = [asyncio.Event(), asyncio.Event()]
+    when_written: list[Callable[[], object]] = []
+
+    async def held(database: Database, inserts: list[Any]) -> None:
+        number = len(writes)
+        writes.append([values["seq"] for rows in inserts for _, values in rows])
+        await release[number].wait()
+        await write_rows(database, inserts)
+        for call in when_written:
+            call()
+
+    def append(seq: int) -> asyncio.Task[None]:
+        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
+        return asyncio.create_task(store.append_events(event))
+
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        monkeypatch.setattr(Database, "_write_rows", held)
+        leading = append(2)
+        await asyncio.sleep(0)
+        waiting_out, out_as_led, told_out, leading_next, taken_out = map(append, range(3, 8))
+        await asyncio.sleep(0)
+        waiting_out.cancel()
+        await asyncio.sleep(0)
+        when_written.append(out_as_led.cancel)
+        when_written.append(lambda: asyncio.get_running_loop().call_soon(told_out.cancel))
+        release[0].set()
+        await leading
+        for _ in range(100):
+            if len(writes) == 2:
+                break
+            await asyncio.sleep(0)
+        assert writes == [[2], [6, 7]]
+        when_written.clear()
+        taken_out.cancel()
+        release[1].set()
+        await leading_next
+        for cancelled in (waiting_out, out_as_led, told_out, taken_out):
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+        ours = select(RunEventRow.seq).where(RunEventRow.run_id == run_id)
+        async with store.db.session() as db:
+            assert sorted((await db.execute(ours)).scalars()) == [1, 2, 6, 7]
+    finally:
+        monkeypatch.undo()
+        await store.runs.mark_failed(run_id, "The test is over")
+        await store.close()
+
+
 def _groups_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the groups of inserts written from now on, in order."""
     sizes: list[int] = []
