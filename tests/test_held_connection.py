@@ -160,17 +160,71 @@ async def test_a_reads_callers_resume_in_the_next_turn_and_the_next_read_goes_at
         await store.db.read_value(COUNTER)  # the held connection, connected
         monkeypatch.setattr(asyncpg.Connection, "fetchval", recorded)
         ticking = asyncio.create_task(tick())
-        first = asyncio.create_task(read())
-        await asyncio.wait_for(sent.wait(), 10)
-        meanwhile = [asyncio.create_task(read()) for _ in range(3)]
-        await asyncio.sleep(0)  # they ask
-        release.set()
-        await asyncio.wait_for(asyncio.gather(first, *meanwhile), 10)
-        ticking.cancel()
+        try:
+            first = asyncio.create_task(read())
+            await asyncio.wait_for(sent.wait(), 10)
+            meanwhile = [asyncio.create_task(read()) for _ in range(3)]
+            await asyncio.sleep(0)  # they ask
+            release.set()
+            await asyncio.wait_for(asyncio.gather(first, *meanwhile), 10)
+        finally:
+            ticking.cancel()
         answered = happened.index("answered")
         assert happened[answered : answered + 4] == ["answered", "sent", "tick", "resumed"]
         answered = happened.index("answered", answered + 1)
         assert happened[answered : answered + 5] == ["answered", "tick"] + ["resumed"] * 3
+    finally:
+        monkeypatch.undo()
+        await store.close()
+
+
+async def test_a_reader_cancelled_before_it_ran_is_replaced_by_the_next_caller(
+    postgres_url: str,
+) -> None:
+    """The task that reads for the callers waiting is cancelled before its first step (a
+    shutdown that cancels every task), so none of its code runs: the next caller starts
+    another, which reads for both."""
+    store = await Store.open(postgres_url)
+    try:
+        expected = await store.db.read_value(COUNTER)
+        held = store.db._held_reads
+        assert held is not None
+        first = asyncio.create_task(store.db.read_value(COUNTER))
+        await asyncio.sleep(0)  # it asked, and started a reader, which has not run
+        held._readers[COUNTER].cancel()
+        await asyncio.sleep(0)
+        second = store.db.read_value(COUNTER)
+        assert list(await asyncio.wait_for(asyncio.gather(first, second), 10)) == [expected] * 2
+    finally:
+        await store.close()
+
+
+async def test_callers_that_ask_while_the_connection_is_busy_share_the_read_that_waits(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another statement holds the connection: the callers that ask meanwhile, before and
+    after the read waiting for it is under way, all get that one read."""
+    store = await Store.open(postgres_url)
+    try:
+        expected = await store.db.read_value(COUNTER)
+        held = store.db._held_reads
+        assert held is not None
+        reads = 0
+        fetchval = asyncpg.Connection.fetchval
+
+        async def counted(connection: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await fetchval(connection, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.Connection, "fetchval", counted)
+        async with held.turn:
+            callers = []
+            for _ in range(3):
+                callers.append(asyncio.create_task(store.db.read_value(COUNTER)))
+                await asyncio.sleep(0.01)  # the reader waits for the turn
+        assert list(await asyncio.wait_for(asyncio.gather(*callers), 10)) == [expected] * 3
+        assert reads == 1
     finally:
         monkeypatch.undo()
         await store.close()

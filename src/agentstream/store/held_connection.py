@@ -99,38 +99,42 @@ class HeldConnection:
         later: tens of milliseconds each, once the process is at a whole core)."""
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(sql, []).append(waiter)
-        if sql not in self._readers:
+        reader = self._readers.get(sql)
+        if reader is None or reader.done():  # done: cancelled before its first step
             self._readers[sql] = asyncio.create_task(self._reads(sql, again))
         return await waiter
 
     async def _reads(self, sql: str, again: Callable[[], Awaitable[Any]]) -> None:
-        """Reads for the callers waiting, one after the other, the next one sent as soon as
-        the one before has its answer, until none waits. A checkout that fails (the pool
-        busy for ``POOL_WAIT``, the database gone) fails the read: through the pool it would
-        wait as long again."""
+        """Reads for the callers waiting, one after the other, each sent in the turn the
+        one before has its answer, until none waits."""
         waiting: list[asyncio.Future[Any]] = []
         try:
-            while waiting := self._waiting.pop(sql, []):  # a caller from here on: the next
-                try:
-                    value = await self._read(sql, again)
-                except Exception as exc:
-                    _tell(waiting, exc)
-                else:
-                    _tell(waiting, value)
+            while True:
+                async with self.turn:
+                    # From here on a caller waits for the next read; a caller cancelled, for none.
+                    waiting = [waiter for waiter in self._waiting.pop(sql, ()) if not waiter.done()]
+                    if not waiting:
+                        return
+                    try:
+                        _tell(waiting, await self._read(sql, again))
+                    except Exception as exc:
+                        _tell(waiting, exc)
         finally:
             del self._readers[sql]
-            for waiter in (*waiting, *self._waiting.pop(sql, [])):  # the loop closing
+            for waiter in (*waiting, *self._waiting.pop(sql, ())):  # cancelled: the loop closing
                 waiter.cancel()
 
     async def _read(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
-        async with self.turn:
-            try:
-                driver = await self.driver()
-                return await driver.fetchval(sql, timeout=READ_TIMEOUT)
-            except LOST:  # ``TimeoutError`` too: a connection a proxy dropped without a word
-                await self.drop()
-            except (asyncpg.PostgresError, Closed):
-                pass
+        """On this caller's ``turn``. A checkout that fails (the pool busy for
+        ``POOL_WAIT``, the database gone) fails the read: through the pool it would wait as
+        long again."""
+        try:
+            driver = await self.driver()
+            return await driver.fetchval(sql, timeout=READ_TIMEOUT)
+        except LOST:  # ``TimeoutError`` too: a connection a proxy dropped without a word
+            await self.drop()
+        except (asyncpg.PostgresError, Closed):
+            pass
         return await again()
 
     async def drop(self) -> None:
