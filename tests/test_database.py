@@ -266,8 +266,10 @@ async def test_callers_waiting_to_insert_resume_and_lead_one_turn_of_the_loop_la
         groups = _groups_written(monkeypatch)
         monkeypatch.setattr(Database, "_write_rows", recorded)
         ticking = asyncio.create_task(tick())
-        await asyncio.gather(*(append(seq) for seq in range(2, 12)))
-        ticking.cancel()
+        try:
+            await asyncio.gather(*(append(seq) for seq in range(2, 12)))
+        finally:
+            ticking.cancel()
         assert groups == [1, 9]
         first = happened.index("resumed")
         assert happened[first : first + 3] == ["resumed", "tick", "sent"]
@@ -276,6 +278,30 @@ async def test_callers_waiting_to_insert_resume_and_lead_one_turn_of_the_loop_la
     finally:
         await store.runs.mark_failed(run_id, "The test is over")
         await store.close()
+
+
+HeldWrites = tuple[list[list[int]], list[asyncio.Event], list[Callable[[], object]]]
+
+
+def held_writes(monkeypatch: pytest.MonkeyPatch) -> HeldWrites:
+    """Each group written from now on is held until its event is set: the seqs of each
+    group's events, in order; the events, one a group; and what to call once a held
+    group is written, before its callers are told."""
+    write_rows = Database._write_rows
+    writes: list[list[int]] = []
+    release = [asyncio.Event() for _ in range(3)]
+    when_written: list[Callable[[], object]] = []
+
+    async def held(database: Database, inserts: list[Any]) -> None:
+        number = len(writes)
+        writes.append([values["seq"] for rows in inserts for _, values in rows])
+        await release[number].wait()
+        await write_rows(database, inserts)
+        for call in when_written:
+            call()
+
+    monkeypatch.setattr(Database, "_write_rows", held)
+    return writes, release, when_written
 
 
 async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_written(
@@ -288,18 +314,6 @@ async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_writ
     told theirs did."""
     store = await Store.open(database_url)
     run_id = f"run_{uuid.uuid4().hex}"
-    write_rows = Database._write_rows
-    writes: list[list[int]] = []
-    release = [asyncio.Event(), asyncio.Event()]
-    when_written: list[Callable[[], object]] = []
-
-    async def held(database: Database, inserts: list[Any]) -> None:
-        number = len(writes)
-        writes.append([values["seq"] for rows in inserts for _, values in rows])
-        await release[number].wait()
-        await write_rows(database, inserts)
-        for call in when_written:
-            call()
 
     def append(seq: int) -> asyncio.Task[None]:
         event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
@@ -307,7 +321,7 @@ async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_writ
 
     try:
         await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        monkeypatch.setattr(Database, "_write_rows", held)
+        writes, release, when_written = held_writes(monkeypatch)
         leading = append(2)
         await asyncio.sleep(0)
         waiting_out, out_as_led, told_out, leading_next, taken_out = map(append, range(3, 8))
@@ -330,13 +344,86 @@ async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_writ
         for cancelled in (waiting_out, out_as_led, told_out, taken_out):
             with pytest.raises(asyncio.CancelledError):
                 await cancelled
-        ours = select(RunEventRow.seq).where(RunEventRow.run_id == run_id)
-        async with store.db.session() as db:
-            assert sorted((await db.execute(ours)).scalars()) == [1, 2, 6, 7]
+        assert await event_seqs(store, run_id) == [1, 2, 6, 7]
     finally:
         monkeypatch.undo()
         await store.runs.mark_failed(run_id, "The test is over")
         await store.close()
+
+
+async def test_a_caller_cancelled_as_the_next_leader_takes_its_group_stays_out(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller is cancelled in the turn the next leader takes the rows waiting, before it
+    could withdraw them: they are not written."""
+    store = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+
+    def append(seq: int) -> asyncio.Task[None]:
+        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
+        return asyncio.create_task(store.append_events(event))
+
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        writes, release, when_written = held_writes(monkeypatch)
+        leading = append(2)
+        await asyncio.sleep(0)
+        leading_next, cancelled = append(3), append(4)
+        await asyncio.sleep(0)
+        # Called before the next leader is told: its cancel runs first in the next turn.
+        when_written.append(lambda: asyncio.get_running_loop().call_soon(cancelled.cancel))
+        for event in release:
+            event.set()
+        await asyncio.wait_for(asyncio.gather(leading, leading_next), 10)
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert writes == [[2], [3]]
+        assert await event_seqs(store, run_id) == [1, 2, 3]
+    finally:
+        monkeypatch.undo()
+        await store.runs.mark_failed(run_id, "The test is over")
+        await store.close()
+
+
+async def test_a_leader_cancelled_outright_hands_the_lead_on(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller writing a group is cancelled outright (``Task.cancel``, which a cancel
+    scope's shield does not hold off: a process stopping cancels its runs' tasks so): the
+    caller waiting leads next, and the writes go on."""
+    store = await Store.open(database_url)
+    run_id = f"run_{uuid.uuid4().hex}"
+
+    def append(seq: int) -> asyncio.Task[None]:
+        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
+        return asyncio.create_task(store.append_events(event))
+
+    try:
+        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
+        writes, release, _ = held_writes(monkeypatch)
+        leading = append(2)
+        await asyncio.sleep(0)
+        waiting = append(3)
+        await asyncio.sleep(0)
+        leading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leading
+        release[1].set()
+        release[2].set()
+        await asyncio.wait_for(waiting, 10)
+        await asyncio.wait_for(append(4), 10)
+        assert writes == [[2], [3], [4]]
+        assert await event_seqs(store, run_id) == [1, 3, 4]
+    finally:
+        monkeypatch.undo()
+        await store.runs.mark_failed(run_id, "The test is over")
+        await store.close()
+
+
+async def event_seqs(store: Store, run_id: str) -> list[int]:
+    ours = select(RunEventRow.seq).where(RunEventRow.run_id == run_id)
+    async with store.db.session() as db:
+        return sorted((await db.execute(ours)).scalars())
 
 
 def _groups_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -192,6 +192,12 @@ class Database:
         try:
             with anyio.CancelScope(shield=True):  # it writes others' rows too
                 await self._write_waiting(loop)
+        except BaseException:
+            # Cut short by ``Task.cancel``, which the shield does not hold off: the rows of
+            # the others go back to wait; this caller's, never to be told, do not.
+            if queued in self._waiting:
+                self._waiting.remove(queued)
+            raise
         finally:
             self._pass_lead()
         queued.outcome.result()
@@ -202,7 +208,8 @@ class Database:
             # A burst (a write on the loop is over before the next task's insert): the rest
             # of it queues behind this one while the loop goes round once.
             await anyio.lowlevel.checkpoint()
-        group, self._waiting = self._waiting, []
+        group = [queued for queued in self._waiting if not queued.outcome.cancelled()]
+        self._waiting = []
         if self._wrote_this_iteration is None:
             loop.call_soon(setattr, self, "_wrote_this_iteration", None)
         self._wrote_this_iteration = task
