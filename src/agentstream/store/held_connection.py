@@ -39,6 +39,18 @@ without a word (a proxy's, a NAT's) would hold every lookup of the process until
 up, some fifteen minutes."""
 
 
+_THROUGH_THE_POOL = object()
+"""A read the held connection could not make: ``again()`` makes it."""
+
+
+async def _outcome(read: Awaitable[Any]) -> Any:
+    """What ``read`` gives, or the error it raises."""
+    try:
+        return await read
+    except Exception as exc:
+        return exc
+
+
 def _tell(waiting: list[asyncio.Future[Any]], outcome: Any) -> None:
     """Each caller still waiting (not cancelled): the value read, or the error."""
     for waiter in waiting:
@@ -100,7 +112,9 @@ class HeldConnection:
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(sql, []).append(waiter)
         reader = self._readers.get(sql)
-        if reader is None or reader.done():  # done: cancelled before its first step
+        # Done: cancelled before its first step (a shutdown cancelling every task), so none
+        # of its code ran; those waiting for it wait for the next caller's.
+        if reader is None or reader.done():
             self._readers[sql] = asyncio.create_task(self._reads(sql, again))
         return await waiter
 
@@ -115,19 +129,20 @@ class HeldConnection:
                     waiting = [waiter for waiter in self._waiting.pop(sql, ()) if not waiter.done()]
                     if not waiting:
                         return
-                    try:
-                        _tell(waiting, await self._read(sql, again))
-                    except Exception as exc:
-                        _tell(waiting, exc)
+                    outcome = await _outcome(self._read(sql))
+                if outcome is _THROUGH_THE_POOL:  # off the connection's turn
+                    outcome = await _outcome(again())
+                _tell(waiting, outcome)
         finally:
             del self._readers[sql]
             for waiter in (*waiting, *self._waiting.pop(sql, ())):  # cancelled: the loop closing
                 waiter.cancel()
 
-    async def _read(self, sql: str, again: Callable[[], Awaitable[Any]]) -> Any:
-        """On this caller's ``turn``. A checkout that fails (the pool busy for
-        ``POOL_WAIT``, the database gone) fails the read: through the pool it would wait as
-        long again."""
+    async def _read(self, sql: str) -> Any:
+        """On the reader's ``turn``: the value, or ``_THROUGH_THE_POOL`` where the driver
+        failed (the connection lost: dropped; no answer in ``READ_TIMEOUT``) or this is
+        closed. A checkout that fails (the pool busy for ``POOL_WAIT``, the database gone)
+        fails the read: through the pool it would wait as long again."""
         try:
             driver = await self.driver()
             return await driver.fetchval(sql, timeout=READ_TIMEOUT)
@@ -135,7 +150,7 @@ class HeldConnection:
             await self.drop()
         except (asyncpg.PostgresError, Closed):
             pass
-        return await again()
+        return _THROUGH_THE_POOL
 
     async def drop(self) -> None:
         """Forget the connection (lost, or in a state the driver cannot go on from): the
