@@ -420,6 +420,35 @@ async def test_a_leader_cancelled_outright_hands_the_lead_on(
         await store.close()
 
 
+async def test_a_leader_cancelled_outright_as_it_waits_for_a_burst_hands_the_lead_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a SQLite file, the caller that leads after another's write in the same turn
+    waits a turn for the rest of the burst; cancelled outright meanwhile, before it took
+    any rows, it hands the lead to the caller queued behind it."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    run_id = "run_1"
+
+    def append(seq: int) -> asyncio.Task[None]:
+        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
+        return asyncio.create_task(store.append_events(event))
+
+    try:
+        await create_run(store, run_id, "ses_1")
+        groups = _groups_written(monkeypatch)
+        written, waiting_for_the_burst, queued = append(2), append(3), append(4)
+        await asyncio.sleep(0)  # the first wrote; the second waits a turn; the third queued
+        waiting_for_the_burst.cancel()
+        await asyncio.wait_for(asyncio.gather(written, queued), 10)
+        with pytest.raises(asyncio.CancelledError):
+            await waiting_for_the_burst
+        assert groups == [1, 1]
+        assert await event_seqs(store, run_id) == [1, 2, 4]
+    finally:
+        monkeypatch.undo()
+        await store.close()
+
+
 async def event_seqs(store: Store, run_id: str) -> list[int]:
     ours = select(RunEventRow.seq).where(RunEventRow.run_id == run_id)
     async with store.db.session() as db:
