@@ -41,6 +41,7 @@ from agentstream.store.held_connection import HeldConnection
 from agentstream.store.one_statement import OneStatement
 from agentstream.store.sqlite_file import SQLiteFile
 from agentstream.store.tables import Base
+from agentstream.store.waiters import tell
 from agentstream.telemetry.metrics import STORE_SECONDS
 
 __all__ = ["Database", "NewRow", "UnknownColumns", "add"]
@@ -172,10 +173,8 @@ class Database:
         Callers take turns to lead: one writes every row waiting, all or nothing, and
         each of those callers resumes as soon as it is done (waiting for a lock instead, they
         would resume one an iteration of the event loop, each handing it to the next); then
-        the next caller waiting, if one is, leads. A caller waits on its own future, not
-        through ``asyncio.shield``, whose callback would cost it another iteration of the
-        event loop, tens of milliseconds once the process is at a whole core: a caller
-        cancelled cancels only its own future (``_settle``).
+        the next caller waiting, if one is, leads. A caller waits on a future of its own
+        (``store.waiters``): told once its rows went in, unless it was cancelled meanwhile.
         """
         loop = asyncio.get_running_loop()
         queued = _Queued(rows, loop)
@@ -217,7 +216,7 @@ class Database:
             await self._insert_group(group)
         except Exception as exc:
             for unwritten in group:
-                _settle(unwritten.outcome, exc)
+                tell(unwritten.outcome, exc)
         except BaseException:
             self._waiting[:0] = [queued for queued in group if not queued.outcome.done()]
             raise
@@ -250,16 +249,16 @@ class Database:
             await self._insert_each(group)  # one bad row must not fail the others
         else:
             for queued in group:
-                _settle(queued.outcome, True)
+                tell(queued.outcome, True)
 
     async def _insert_each(self, group: list[_Queued]) -> None:
         for queued in group:
             try:
                 await self._write_rows([queued.rows])
             except Exception as exc:
-                _settle(queued.outcome, exc)
+                tell(queued.outcome, exc)
             else:
-                _settle(queued.outcome, True)
+                tell(queued.outcome, True)
 
     async def _write_rows(self, inserts: list[tuple[NewRow | None, ...]]) -> None:
         """Every row of ``inserts``, or none. Rows that make one INSERT (runs' events) go on
@@ -299,17 +298,6 @@ def _value(connection: Connection, sql: str) -> Any:
 
 
 _Row = TypeVar("_Row", bound=Base)
-
-
-def _settle(outcome: asyncio.Future[bool], written: bool | Exception) -> None:
-    """Tell a caller whether its rows went in; not one that was cancelled meanwhile (its
-    future with it): its rows, once taken into a group, are written all the same."""
-    if outcome.done():
-        return
-    if isinstance(written, Exception):
-        outcome.set_exception(written)
-    else:
-        outcome.set_result(written)
 
 
 class _Queued:

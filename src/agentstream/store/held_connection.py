@@ -19,6 +19,8 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agentstream.store.waiters import tell
+
 __all__ = ["LOST", "READ_TIMEOUT", "Closed", "HeldConnection"]
 
 LOST = (
@@ -49,17 +51,6 @@ async def _outcome(read: Awaitable[Any]) -> Any:
         return await read
     except Exception as exc:
         return exc
-
-
-def _tell(waiting: list[asyncio.Future[Any]], outcome: Any) -> None:
-    """Each caller still waiting (not cancelled): the value read, or the error."""
-    for waiter in waiting:
-        if waiter.done():
-            continue
-        if isinstance(outcome, Exception):
-            waiter.set_exception(outcome)
-        else:
-            waiter.set_result(outcome)
 
 
 class Closed(Exception):
@@ -105,10 +96,9 @@ class HeldConnection:
         is closed, ``again()`` reads it, once for them all (through the pool, which raises
         SQLAlchemy's errors).
 
-        A caller waits on a future of its own, set by the task that reads (``_reads``): a
-        caller cancelled leaves the read to the others, and the others resume in the turn
-        of the event loop after the answer (awaited through ``asyncio.shield``, two turns
-        later: tens of milliseconds each, once the process is at a whole core)."""
+        A caller waits on a future of its own (``store.waiters``), told by the task that
+        reads (``_reads``): a caller cancelled leaves the read to the others, who resume in
+        the turn of the event loop after the answer."""
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(sql, []).append(waiter)
         reader = self._readers.get(sql)
@@ -132,7 +122,8 @@ class HeldConnection:
                     outcome = await _outcome(self._read(sql))
                 if outcome is _THROUGH_THE_POOL:  # off the connection's turn
                     outcome = await _outcome(again())
-                _tell(waiting, outcome)
+                for waiter in waiting:
+                    tell(waiter, outcome)
         finally:
             del self._readers[sql]
             for waiter in (*waiting, *self._waiting.pop(sql, ())):  # cancelled: the loop closing
