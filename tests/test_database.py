@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -236,15 +237,43 @@ async def test_a_write_another_process_holds_the_lock_for_waits_off_the_event_lo
         await store.close()
 
 
+@dataclass
+class AppendingRun:
+    """A run on a store, whose events are appended each by a task of its own."""
+
+    store: Store
+    run_id: str
+
+    def append(self, seq: int) -> asyncio.Task[None]:
+        event = StepStarted(run_id=self.run_id, seq=seq, ts=0.0, step=1)
+        return asyncio.create_task(self.store.append_events(event))
+
+    async def seqs(self) -> list[int]:
+        """The seqs of its events in the database."""
+        ours = select(RunEventRow.seq).where(RunEventRow.run_id == self.run_id)
+        async with self.store.db.session() as db:
+            return sorted((await db.execute(ours)).scalars())
+
+
+@pytest.fixture
+async def appending(database_url: str) -> AsyncIterator[AppendingRun]:
+    store = await Store.open(database_url)
+    run = AppendingRun(store, f"run_{uuid.uuid4().hex}")  # a shared database: ids of its own
+    try:
+        await create_run(store, run.run_id, f"ses_{uuid.uuid4().hex}")
+        yield run
+    finally:
+        await store.runs.mark_failed(run.run_id, "The test is over")
+        await store.close()
+
+
 async def test_callers_waiting_to_insert_resume_and_lead_one_turn_of_the_loop_later(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    appending: AppendingRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each turn of the event loop a run start waits more is tens of milliseconds once the
     process is at a whole core. Ten callers insert at once: the next caller to lead sends
     its group in the turn after the first group's caller resumed, and the callers whose
     rows it wrote resume in the turn after it."""
-    store = await Store.open(database_url)
-    run_id = f"run_{uuid.uuid4().hex}"
     happened: list[str] = []
     write_rows = Database._write_rows
 
@@ -257,27 +286,23 @@ async def test_callers_waiting_to_insert_resume_and_lead_one_turn_of_the_loop_la
             await asyncio.sleep(0)
             happened.append("tick")
 
-    async def append(seq: int) -> None:
-        await store.append_events(StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1))
+    async def append(seq: int) -> None:  # in the caller's own task
+        event = StepStarted(run_id=appending.run_id, seq=seq, ts=0.0, step=1)
+        await appending.store.append_events(event)
         happened.append("resumed")
 
+    groups = _groups_written(monkeypatch)
+    monkeypatch.setattr(Database, "_write_rows", recorded)
+    ticking = asyncio.create_task(tick())
     try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        groups = _groups_written(monkeypatch)
-        monkeypatch.setattr(Database, "_write_rows", recorded)
-        ticking = asyncio.create_task(tick())
-        try:
-            await asyncio.gather(*(append(seq) for seq in range(2, 12)))
-        finally:
-            ticking.cancel()
-        assert groups == [1, 9]
-        first = happened.index("resumed")
-        assert happened[first : first + 3] == ["resumed", "tick", "sent"]
-        led = happened.index("resumed", first + 1)
-        assert happened[led : led + 10] == ["resumed", "tick"] + ["resumed"] * 8
+        await asyncio.gather(*(append(seq) for seq in range(2, 12)))
     finally:
-        await store.runs.mark_failed(run_id, "The test is over")
-        await store.close()
+        ticking.cancel()
+    assert groups == [1, 9]
+    first = happened.index("resumed")
+    assert happened[first : first + 3] == ["resumed", "tick", "sent"]
+    led = happened.index("resumed", first + 1)
+    assert happened[led : led + 10] == ["resumed", "tick"] + ["resumed"] * 8
 
 
 HeldWrites = tuple[list[list[int]], list[asyncio.Event], list[Callable[[], object]]]
@@ -305,119 +330,83 @@ def held_writes(monkeypatch: pytest.MonkeyPatch) -> HeldWrites:
 
 
 async def test_callers_cancelled_while_they_wait_to_insert_leave_the_others_written(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    appending: AppendingRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each caller waits on a future of its own, which its cancel cancels. One cancelled
     while it waits, and one in the very turn the leader is done (before it could
     withdraw): their rows stay out. One cancelled just as it is told to lead: the next one
     leads. One cancelled once a leader has taken its rows: they go in, and the others are
     told theirs did."""
-    store = await Store.open(database_url)
-    run_id = f"run_{uuid.uuid4().hex}"
-
-    def append(seq: int) -> asyncio.Task[None]:
-        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
-        return asyncio.create_task(store.append_events(event))
-
-    try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        writes, release, when_written = held_writes(monkeypatch)
-        leading = append(2)
+    writes, release, when_written = held_writes(monkeypatch)
+    leading = appending.append(2)
+    await asyncio.sleep(0)
+    waiting_out, out_as_led, told_out, leading_next, taken_out = map(appending.append, range(3, 8))
+    await asyncio.sleep(0)
+    waiting_out.cancel()
+    await asyncio.sleep(0)
+    when_written.append(out_as_led.cancel)
+    when_written.append(lambda: asyncio.get_running_loop().call_soon(told_out.cancel))
+    release[0].set()
+    await leading
+    for _ in range(100):
+        if len(writes) == 2:
+            break
         await asyncio.sleep(0)
-        waiting_out, out_as_led, told_out, leading_next, taken_out = map(append, range(3, 8))
-        await asyncio.sleep(0)
-        waiting_out.cancel()
-        await asyncio.sleep(0)
-        when_written.append(out_as_led.cancel)
-        when_written.append(lambda: asyncio.get_running_loop().call_soon(told_out.cancel))
-        release[0].set()
-        await leading
-        for _ in range(100):
-            if len(writes) == 2:
-                break
-            await asyncio.sleep(0)
-        assert writes == [[2], [6, 7]]
-        when_written.clear()
-        taken_out.cancel()
-        release[1].set()
-        await leading_next
-        for cancelled in (waiting_out, out_as_led, told_out, taken_out):
-            with pytest.raises(asyncio.CancelledError):
-                await cancelled
-        assert await event_seqs(store, run_id) == [1, 2, 6, 7]
-    finally:
-        monkeypatch.undo()
-        await store.runs.mark_failed(run_id, "The test is over")
-        await store.close()
+    assert writes == [[2], [6, 7]]
+    when_written.clear()
+    taken_out.cancel()
+    release[1].set()
+    await leading_next
+    for cancelled in (waiting_out, out_as_led, told_out, taken_out):
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    monkeypatch.undo()
+    assert await appending.seqs() == [1, 2, 6, 7]
 
 
 async def test_a_caller_cancelled_as_the_next_leader_takes_its_group_stays_out(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    appending: AppendingRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A caller is cancelled in the turn the next leader takes the rows waiting, before it
     could withdraw them: they are not written."""
-    store = await Store.open(database_url)
-    run_id = f"run_{uuid.uuid4().hex}"
-
-    def append(seq: int) -> asyncio.Task[None]:
-        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
-        return asyncio.create_task(store.append_events(event))
-
-    try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        writes, release, when_written = held_writes(monkeypatch)
-        leading = append(2)
-        await asyncio.sleep(0)
-        leading_next, cancelled = append(3), append(4)
-        await asyncio.sleep(0)
-        # Called before the next leader is told: its cancel runs first in the next turn.
-        when_written.append(lambda: asyncio.get_running_loop().call_soon(cancelled.cancel))
-        for event in release:
-            event.set()
-        await asyncio.wait_for(asyncio.gather(leading, leading_next), 10)
-        with pytest.raises(asyncio.CancelledError):
-            await cancelled
-        assert writes == [[2], [3]]
-        assert await event_seqs(store, run_id) == [1, 2, 3]
-    finally:
-        monkeypatch.undo()
-        await store.runs.mark_failed(run_id, "The test is over")
-        await store.close()
+    writes, release, when_written = held_writes(monkeypatch)
+    leading = appending.append(2)
+    await asyncio.sleep(0)
+    leading_next, cancelled = appending.append(3), appending.append(4)
+    await asyncio.sleep(0)
+    # Called before the next leader is told: its cancel runs first in the next turn.
+    when_written.append(lambda: asyncio.get_running_loop().call_soon(cancelled.cancel))
+    for released in release:
+        released.set()
+    await asyncio.wait_for(asyncio.gather(leading, leading_next), 10)
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert writes == [[2], [3]]
+    monkeypatch.undo()
+    assert await appending.seqs() == [1, 2, 3]
 
 
 async def test_a_leader_cancelled_outright_hands_the_lead_on(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    appending: AppendingRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The caller writing a group is cancelled outright (``Task.cancel``, which a cancel
     scope's shield does not hold off: a process stopping cancels its runs' tasks so): the
     caller waiting leads next, and the writes go on."""
-    store = await Store.open(database_url)
-    run_id = f"run_{uuid.uuid4().hex}"
-
-    def append(seq: int) -> asyncio.Task[None]:
-        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
-        return asyncio.create_task(store.append_events(event))
-
-    try:
-        await create_run(store, run_id, f"ses_{uuid.uuid4().hex}")
-        writes, release, _ = held_writes(monkeypatch)
-        leading = append(2)
-        await asyncio.sleep(0)
-        waiting = append(3)
-        await asyncio.sleep(0)
-        leading.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await leading
-        release[1].set()
-        release[2].set()
-        await asyncio.wait_for(waiting, 10)
-        await asyncio.wait_for(append(4), 10)
-        assert writes == [[2], [3], [4]]
-        assert await event_seqs(store, run_id) == [1, 3, 4]
-    finally:
-        monkeypatch.undo()
-        await store.runs.mark_failed(run_id, "The test is over")
-        await store.close()
+    writes, release, _ = held_writes(monkeypatch)
+    leading = appending.append(2)
+    await asyncio.sleep(0)
+    waiting = appending.append(3)
+    await asyncio.sleep(0)
+    leading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leading
+    release[1].set()
+    release[2].set()
+    await asyncio.wait_for(waiting, 10)
+    await asyncio.wait_for(appending.append(4), 10)
+    assert writes == [[2], [3], [4]]
+    monkeypatch.undo()
+    assert await appending.seqs() == [1, 3, 4]
 
 
 async def test_a_leader_cancelled_outright_as_it_waits_for_a_burst_hands_the_lead_on(
@@ -427,32 +416,20 @@ async def test_a_leader_cancelled_outright_as_it_waits_for_a_burst_hands_the_lea
     waits a turn for the rest of the burst; cancelled outright meanwhile, before it took
     any rows, it hands the lead to the caller queued behind it."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    run_id = "run_1"
-
-    def append(seq: int) -> asyncio.Task[None]:
-        event = StepStarted(run_id=run_id, seq=seq, ts=0.0, step=1)
-        return asyncio.create_task(store.append_events(event))
-
+    run = AppendingRun(store, "run_1")
     try:
-        await create_run(store, run_id, "ses_1")
+        await create_run(store, run.run_id, "ses_1")
         groups = _groups_written(monkeypatch)
-        written, waiting_for_the_burst, queued = append(2), append(3), append(4)
+        written, waiting_for_the_burst, queued = map(run.append, (2, 3, 4))
         await asyncio.sleep(0)  # the first wrote; the second waits a turn; the third queued
         waiting_for_the_burst.cancel()
         await asyncio.wait_for(asyncio.gather(written, queued), 10)
         with pytest.raises(asyncio.CancelledError):
             await waiting_for_the_burst
         assert groups == [1, 1]
-        assert await event_seqs(store, run_id) == [1, 2, 4]
+        assert await run.seqs() == [1, 2, 4]
     finally:
-        monkeypatch.undo()
         await store.close()
-
-
-async def event_seqs(store: Store, run_id: str) -> list[int]:
-    ours = select(RunEventRow.seq).where(RunEventRow.run_id == run_id)
-    async with store.db.session() as db:
-        return sorted((await db.execute(ours)).scalars())
 
 
 def _groups_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
