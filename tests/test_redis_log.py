@@ -315,7 +315,7 @@ async def test_writes_made_while_redis_is_away_arrive_once_it_is_back(
             tasks.start_soon(writer.run)
             writer.open("run_x", after=0)
             writer.append(step(1))
-            await writer.sync()
+            await writer.sync("run_x")
             server.terminate()  # and it forgets everything
             server.wait(10)
             for seq in range(2, 202):
@@ -459,11 +459,11 @@ async def test_lone_surrogates_go_through_and_the_writer_goes_on(redis: Redis) -
         writer.open("run_x", after=0)
         for event in written[:4]:
             writer.append(event)
-        await writer.sync()
+        await writer.sync("run_x")
         for event in written[4:]:
             writer.append(event)
         writer.close("run_x", after=0, last=8)
-        await writer.sync()
+        await writer.sync("run_x")
         group.cancel_scope.cancel()
     following = await reader.subscribe("run_x", after=0)
     assert following is not None
@@ -594,11 +594,11 @@ async def test_under_load_a_round_trip_carries_a_few_milliseconds_of_tokens(redi
     writer.open("run_x", after=0)
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
-        await writer.sync()  # the stream is open in Redis
+        await writer.sync("run_x")  # the stream is open in Redis
         quiet, quiet_for = await a_burst(writer, starts, 1)
         writer.followed("run_x")
         hurried, hurried_for = await a_burst(writer, starts, 201)
-        await writer.sync()  # the rest at once
+        await writer.sync("run_x")  # the rest at once
         group.cancel_scope.cancel()
     # Counted over the whole burst, not gap by gap: a batch that the machine held up
     # leaves a shorter gap to the next one.
@@ -623,7 +623,7 @@ async def test_a_follow_that_comes_while_a_runs_end_waits_hurries_it(
     writer.open("run_x", after=0)
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
-        await writer.sync()
+        await writer.sync("run_x")
         writer.append(step(1))
         writer.close("run_x", after=0, last=1)
         await anyio.sleep(0.05)
@@ -658,7 +658,7 @@ async def test_a_follow_from_another_process_hurries_the_runs_writes(
             )
         )
         await listening.wait()
-        await writer.sync()
+        await writer.sync("run_x")
         writer.append(step(1))
         await anyio.sleep(0.05)
         assert await reader.last_seq("run_x") == 0, "quiet: it gathers for QUIET_GATHER"
@@ -704,11 +704,11 @@ async def test_a_batch_that_a_sync_waits_for_goes_without_gathering(
     async with anyio.create_task_group() as group:
         group.start_soon(writer.run)
         writer.open("run_x", after=0)
-        await writer.sync()  # the first batch: nothing before it to wait for
+        await writer.sync("run_x")  # the first batch: nothing before it to wait for
         writer.append(step(1))
         await anyio.sleep(0.05)  # the next batch gathers
         with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
-            await writer.sync()
+            await writer.sync("run_x")
         group.cancel_scope.cancel()
     assert await reader.last_seq("run_x") == 1
 
@@ -784,12 +784,13 @@ async def test_a_runs_backlog_goes_in_packs_of_at_most_full_writes(
         assert await read_from(reader, "run_x", after) == written[after:]
 
 
-async def test_a_sync_waits_for_every_run_queued_before_it_over_several_batches(
+async def test_a_sync_waits_for_its_runs_writes_alone_which_go_first(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Batches take the runs pending longest first, ``BATCH`` operations each (here 4): a
-    ``sync`` returns once every write queued before it is in Redis, batch after batch
-    without gathering, however long batches gather."""
+    """A ``sync`` returns once the writes its run queued before it are in Redis, batch
+    after batch (``BATCH`` operations each, here 4) without gathering, however long
+    batches gather. They go first: the writes other runs queued before them do not hold
+    them up (a start waits for its own stream only), and go with the batches later."""
     monkeypatch.setattr(redis_log, "GATHER", 60.0)
     monkeypatch.setattr(redis_log, "QUIET_GATHER", 60.0)
     monkeypatch.setattr(redis_log, "BATCH", 4)
@@ -800,16 +801,17 @@ async def test_a_sync_waits_for_every_run_queued_before_it_over_several_batches(
         group.start_soon(writer.run)
         for run_id in runs:
             writer.open(run_id, after=0)
-        await writer.sync()
-        for run_id in runs:
-            writer.append(StepStarted(run_id=run_id, seq=1, ts=0.0, step=1))
+        await anyio.sleep(0.05)  # the first batch went, the next gathers
+        for seq in range(1, 7):
+            writer.append(StepStarted(run_id="run_9", seq=seq, ts=0.0, step=seq))
         with anyio.fail_after(1):  # not SYNC_WAIT (2 s), which gives up waiting
-            await writer.sync()
-        writer.append(StepStarted(run_id="run_0", seq=2, ts=0.0, step=2))
+            await writer.sync("run_9")
+        writer.append(StepStarted(run_id="run_9", seq=7, ts=0.0, step=7))
         await anyio.sleep(0.05)
         group.cancel_scope.cancel()
-    assert await reader.last_seq("run_0") == 1, "queued after the sync: it gathers"
-    assert [await reader.last_seq(run_id) for run_id in runs[1:]] == [1] * 9
+    assert await reader.last_seq("run_9") == 6, "queued after the sync: it gathers"
+    opened = [bool(await redis.exists(writer.key(run_id))) for run_id in runs[:9]]
+    assert opened == [True] * 5 + [False] * 4, "the first batch's four, one beside run_9's"
 
 
 async def test_a_sync_waits_for_the_batch_on_its_way(redis: Redis) -> None:
@@ -828,7 +830,7 @@ async def test_a_sync_waits_for_the_batch_on_its_way(redis: Redis) -> None:
     synced = anyio.Event()
 
     async def sync() -> None:
-        await writer.sync()
+        await writer.sync("run_x")
         synced.set()
 
     async with anyio.create_task_group() as group:

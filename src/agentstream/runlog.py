@@ -69,8 +69,9 @@ class Mirror(Protocol):
         """The stream (opened after seq ``after``) ended after seq ``last``."""
         ...
 
-    async def sync(self) -> None:
-        """Wait until the changes told so far are visible to the other processes."""
+    async def sync(self, stream_id: str) -> None:
+        """Wait until the stream's changes told so far are visible to the other
+        processes."""
         ...
 
 
@@ -440,11 +441,11 @@ class RunLog:
         if self._streams.get(stream_id) is stream:
             del self._streams[stream_id]
 
-    async def sync(self) -> None:
-        """Wait until the streams opened so far can be followed from any process (at once
-        without a mirror)."""
+    async def sync(self, stream_id: str) -> None:
+        """Wait until the stream can be followed from any process (at once without a
+        mirror)."""
         if self.mirror is not None:
-            await self.mirror.sync()
+            await self.mirror.sync(stream_id)
 
     def text(self, stream_id: str, kind: type[Token], *, after: int, count: int) -> str:
         """The deltas of the first ``count`` of a stream's ``kind`` tokens with ``seq >

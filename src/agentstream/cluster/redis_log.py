@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import groupby, repeat
 from operator import attrgetter
@@ -237,7 +238,8 @@ class RedisLog:
         """Each run's changes not sent yet; the runs in the order their oldest was queued
         (but for a run a full batch took part of, which stays first)."""
         self._in_flight: list[tuple[str, _Pending]] = []
-        """The batch on its way: until it is in Redis, a ``sync`` waits for it too."""
+        """The batch on its way: until it is in Redis, a ``sync`` of a run in it waits for it
+        too."""
         self._queued = anyio.Event()
         self._pushed = self._gone = 0
         """Writes queued since the start (the next one's number), and those of them taken
@@ -247,9 +249,9 @@ class RedisLog:
         (``_count_gone``)."""
         self._count_gone(0)
         self._progress = anyio.Event()
-        self._hurry_until = 0
-        """Batches go without gathering until every write numbered below this is sent:
-        those a ``sync`` waits for."""
+        self._hurried: Counter[str] = Counter()
+        """The runs a ``sync`` waits for (by how many): their writes go first in the next
+        batch, which goes without gathering."""
         self._gathering: asyncio.Future[None] | None = None
         """What the writer waits on while a batch gathers: done by a timer, a ``sync``, a
         follow, a write that hurries it, or a batch grown full."""
@@ -368,25 +370,30 @@ class RedisLog:
         self._gone += writes
         self._full_at = self._gone + min(FULL, MAX_QUEUED + 1)
 
-    def _oldest_pending(self) -> int:
-        """The number of the oldest write not in Redis yet, pending or on its way (of the
-        next one if there is none)."""
-        firsts = [pending.first for _, pending in self._in_flight]
-        firsts += [pending.first for pending in self._pending.values()]
-        return min(firsts, default=self._pushed)
+    def _unsent(self, run_id: str, before: int) -> bool:
+        """Whether a write of the run numbered below ``before`` is pending or on its way."""
+        pending = self._pending.get(run_id)
+        return (pending is not None and pending.first < before) or any(
+            taken == run_id and pending.first < before for taken, pending in self._in_flight
+        )
 
-    async def sync(self) -> None:
-        """Wait until what is queued now is in Redis (up to ``SYNC_WAIT`` seconds), so that
-        a run just started or continued here can be followed from any process at once."""
-        target = self._pushed
-        if self._oldest_pending() < target:
-            self._hurry_until = max(self._hurry_until, target)
-            if self._gathering is not None:
-                _release(self._gathering)
-        with anyio.move_on_after(SYNC_WAIT):
-            while self._oldest_pending() < target:
-                progress = self._progress
-                await progress.wait()
+    async def sync(self, run_id: str) -> None:
+        """Wait until the run's writes queued now are in Redis (up to ``SYNC_WAIT``
+        seconds), so that a run just started or continued here can be followed from any
+        process at once. They go first in the next batch, which goes at once: a start does
+        not wait for the tokens every other run queued before it."""
+        before = self._pushed
+        if not self._unsent(run_id, before):
+            return
+        self._hurried[run_id] += 1
+        if self._gathering is not None:
+            _release(self._gathering)
+        try:
+            with anyio.move_on_after(SYNC_WAIT):
+                while self._unsent(run_id, before):
+                    await self._progress.wait()
+        finally:
+            self._hurried -= Counter((run_id,))
 
     async def run(self) -> None:
         """Send what is queued, batch after batch, until cancelled; while Redis cannot be
@@ -418,7 +425,7 @@ class RedisLog:
         while (
             (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time()) > 0
             and self._held < FULL
-            and not (self._hurry_until and self._hurrying())
+            and not any(run_id in self._pending for run_id in self._hurried)
         ):
             self._gathering = loop.create_future()
             timer = loop.call_later(gathering, _release, self._gathering)
@@ -427,13 +434,6 @@ class RedisLog:
             finally:
                 timer.cancel()
                 self._gathering = None
-
-    def _hurrying(self) -> bool:
-        """A ``sync`` waits for a write pending (else none does any more)."""
-        if self._oldest_pending() < self._hurry_until:
-            return True
-        self._hurry_until = 0
-        return False
 
     async def flush(self) -> None:
         """Send everything queued so far (in batches); on failure the unsent part stays
@@ -471,17 +471,20 @@ class RedisLog:
             self._queued = anyio.Event()
 
     def _take(self) -> tuple[list[tuple[str, _Pending]], list[bytes]]:
-        """The next batch: the pending writes of the runs pending longest, each run's
-        whole, up to ``BATCH`` entries (a pack, an event or a marker each) and ``FULL``
-        writes (a run that alone has more is taken in part); and the batch framed
-        (``_framed``), with a renewal of the expiry of each run's stream that needs
-        one."""
+        """The next batch: the pending writes of the runs a ``sync`` waits for, then of
+        those pending longest, each run's whole, up to ``BATCH`` entries (a pack, an event
+        or a marker each) and ``FULL`` writes (a run that alone has more is taken in part);
+        and the batch framed (``_framed``), with a renewal of the expiry of each run's
+        stream that needs one."""
         taken: list[tuple[str, _Pending]] = []
         parts: list[Event | _Marker | Pack] = []
         refreshes: list[bytes] = []
         writes = 0
         now = time.monotonic()
-        for run_id, pending in list(self._pending.items()):
+        runs = list(self._pending.items())
+        if self._hurried:
+            runs.sort(key=lambda run: run[0] not in self._hurried)  # stable: in order
+        for run_id, pending in runs:
             room = BATCH - len(parts) - len(refreshes)
             if len(pending) <= room and pending.writes <= FULL - writes:
                 del self._pending[run_id]

@@ -198,7 +198,7 @@ class Supervisor:
         caller is cancelled meanwhile, so is the run (nobody would know of it)."""
         try:
             with telemetry.timed("sync"):
-                await self.log.sync()
+                await self.log.sync(run_id)
             await checkpoint_if_cancelled()
         except anyio.get_cancelled_exc_class():
             self.cancel(run_id, "The request that started the run was cancelled")
