@@ -28,8 +28,8 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from itertools import groupby, repeat
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, filterfalse, groupby, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
@@ -481,10 +481,12 @@ class RedisLog:
         refreshes: list[bytes] = []
         writes = 0
         now = time.monotonic()
-        runs = list(self._pending.items())
-        if self._hurried:
-            runs.sort(key=lambda run: run[0] not in self._hurried)  # stable: in order
-        for run_id, pending in runs:
+        runs: Iterable[str] = list(self._pending)
+        if self._hurried:  # lazily (the loop stops where the batch is full), in C
+            first = [run_id for run_id in self._hurried if run_id in self._pending]
+            runs = chain(first, filterfalse(self._hurried.__contains__, runs))
+        for run_id in runs:
+            pending = self._pending[run_id]
             room = BATCH - len(parts) - len(refreshes)
             if len(pending) <= room and pending.writes <= FULL - writes:
                 del self._pending[run_id]
