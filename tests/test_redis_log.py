@@ -814,6 +814,35 @@ async def test_a_sync_waits_for_its_runs_writes_alone_which_go_first(
     assert opened == [True] * 5 + [False] * 4, "the first batch's four, one beside run_9's"
 
 
+async def test_a_sync_that_gives_up_or_is_cancelled_leaves_no_run_hurried(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``sync`` that gave up waiting (``SYNC_WAIT``: Redis is slow or away), or whose
+    caller was cancelled, leaves its run no longer put first: the batches gather again."""
+    monkeypatch.setattr(redis_log, "SYNC_WAIT", 0.05)
+    writer = log_of(redis, f"test-{uuid.uuid4().hex}")
+    send, arrives = writer._send, anyio.Event()
+
+    async def slow(framed: list[bytes]) -> None:
+        await arrives.wait()
+        await send(framed)
+
+    writer._send = slow  # type: ignore[method-assign]
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer.run)
+        writer.open("run_x", after=0)
+        with anyio.fail_after(1):
+            await writer.sync("run_x")  # gives up: the batch is still on its way
+        assert not writer._hurried
+        writer.open("run_y", after=0)
+        with anyio.move_on_after(0.01) as waiting:
+            await writer.sync("run_y")
+        assert waiting.cancelled_caught
+        assert not writer._hurried
+        arrives.set()
+        group.cancel_scope.cancel()
+
+
 async def test_a_sync_waits_for_the_batch_on_its_way(redis: Redis) -> None:
     """A batch taken and not yet in Redis is no longer pending, but a ``sync`` still waits
     for it: a run just started can be followed from any process once ``sync`` returns."""

@@ -181,8 +181,8 @@ class _Pending(list[Event | _Marker | Pack]):
     """A run's changes not sent yet, in order (its consecutive tokens in packs, a lone one
     as an event), with how many writes they are and the number of the first or a smaller
     one (writes are numbered over every run's, as queued: a run's next after ``k`` of its
-    own has at least ``first + k``): a ``sync`` waits until none queued before it is
-    pending."""
+    own has at least ``first + k``): a ``sync`` waits until none of its run's queued
+    before it is pending."""
 
     __slots__ = ("first", "writes")
 
@@ -236,7 +236,7 @@ class RedisLog:
         self._max_events = max_events
         self._pending: dict[str, _Pending] = {}
         """Each run's changes not sent yet; the runs in the order their oldest was queued
-        (but for a run a full batch took part of, which stays first)."""
+        (but for a run a full batch took part of, which stays where it was)."""
         self._in_flight: list[tuple[str, _Pending]] = []
         """The batch on its way: until it is in Redis, a ``sync`` of a run in it waits for it
         too."""
@@ -385,10 +385,10 @@ class RedisLog:
         before = self._pushed
         if not self._unsent(run_id, before):
             return
-        self._hurried[run_id] += 1
-        if self._gathering is not None:
-            _release(self._gathering)
         try:
+            self._hurried[run_id] += 1
+            if self._gathering is not None:
+                _release(self._gathering)
             with anyio.move_on_after(SYNC_WAIT):
                 while self._unsent(run_id, before):
                     await self._progress.wait()
@@ -425,6 +425,8 @@ class RedisLog:
         while (
             (gathering := started + (GATHER if self._urgent else QUIET_GATHER) - loop.time()) > 0
             and self._held < FULL
+            # A run a sync waits for has writes pending (maybe only newer ones: the sync
+            # ends, and takes it out of ``_hurried``, in the turn its batch is in).
             and not any(run_id in self._pending for run_id in self._hurried)
         ):
             self._gathering = loop.create_future()
@@ -447,8 +449,8 @@ class RedisLog:
             await self._send_next()
 
     async def _send_next(self) -> None:
-        """Send the runs' writes pending longest, a batch of them, if any (on failure they
-        stay pending, in order); once none is left, ``run`` waits for more."""
+        """Send a batch of the runs' pending writes (``_take``), if any (on failure they stay
+        pending, in order); once none is left, ``run`` waits for more."""
         taken, framed = self._take()  # in flight: out of reach of the dropping in append
         if not self._pending:
             self._urgent = False  # until a write that hurries comes
@@ -492,7 +494,7 @@ class RedisLog:
                 del self._pending[run_id]
             elif taken:
                 break
-            else:  # it alone fills the batch; the rest stays first
+            else:  # it alone fills the batch; the rest stays pending
                 pending = pending.split_off(room, FULL)
             taken.append((run_id, pending))
             parts += pending
