@@ -903,6 +903,41 @@ async def test_a_runs_pack_is_split_where_a_drop_or_a_batch_ends(
     assert writer._held == kept - 5
 
 
+async def test_a_batch_is_filled_with_the_first_writes_of_a_run_that_does_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch takes each run's writes whole while they fit, and fills what is left of it
+    (``FULL`` writes, here 10) with the first writes of the next run: a run with a backlog
+    shrinks batch after batch, even while a run that a ``sync`` waits for, with a token
+    more each time, goes first in every batch (under heavy load, where starts sync all
+    the time, it was passed over, and its writes piled up until the oldest were dropped)."""
+    monkeypatch.setattr(redis_log, "FULL", 10)
+    writer = log_of(Redis(), "unused")  # nothing is sent
+    backlog = [token(seq, "run_b") for seq in range(1, 26)]
+    for event in backlog:
+        writer.append(event)
+    writer._hurried["run_a"] += 1
+    batches: list[list[tuple[str, int]]] = []
+    sent: list[Event] = []
+    for seq in range(1, 5):
+        writer.append(token(seq, "run_a"))
+        taken, _ = writer._take()
+        batches.append([(run_id, pending.writes) for run_id, pending in taken])
+        for run_id, pending in taken:
+            if run_id == "run_b":
+                [pack] = pending
+                assert isinstance(pack, Pack)
+                sent += packed_events(packs_json([pack])[0])
+    assert batches == [
+        [("run_a", 1), ("run_b", 9)],
+        [("run_a", 1), ("run_b", 9)],
+        [("run_a", 1), ("run_b", 7)],
+        [("run_a", 1)],
+    ]
+    assert sent == backlog, "every token of the backlog once, in order"
+    assert "run_b" not in writer._pending
+
+
 async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(
     redis: Redis,
 ) -> None:

@@ -62,10 +62,12 @@ BATCH = 512
 a renewal of a stream's expiry, now and then): Redis runs a batch's script while every other
 process's reads and writes wait (512 single events, 1.8 ms)."""
 
-FULL = 4096
+FULL = 16_384
 """Writes queued (tokens, mostly) at which a batch goes without gathering, and most writes
 a batch takes: under heavy load batches go about this many tokens apart, several of each
-run's packed."""
+run's packed. A process at a whole core gets a round trip every few tens of milliseconds:
+at 4,096 a round trip, one with 2,000 streams (60,000 tokens a second) fell behind, and
+its oldest writes were dropped (``MAX_QUEUED``)."""
 
 MAX_QUEUED = 200_000
 """Writes kept while Redis is away; past this, the oldest events go, those of the runs
@@ -340,10 +342,10 @@ class RedisLog:
             _release(self._gathering)
 
     def _drop_oldest(self) -> None:
-        """Redis has been away for long: keep ``MAX_QUEUED`` writes at most, dropping the
-        oldest events of the runs queued longest. A stream's start and end stay: without
-        them a continued run's part would land after the one before, and a viewer elsewhere
-        wait for an end that never comes."""
+        """Redis has been away for long (or is slower than the writes): keep ``MAX_QUEUED``
+        writes at most, dropping the oldest events of the runs queued longest. A stream's
+        start and end stay: without them a continued run's part would land after the one
+        before, and a viewer elsewhere wait for an end that never comes."""
         dropped = left = max(self._held - MAX_QUEUED, MAX_QUEUED // 10)
         for run_id, pending in list(self._pending.items()):
             head = pending.split_off(len(pending), left)
@@ -357,7 +359,12 @@ class RedisLog:
             if not left:
                 break
         self._count_gone(dropped - left)
-        logger.error("Redis is away: %d live log writes dropped", dropped - left)
+        logger.error(
+            "%d live log writes dropped: more than %d waited for Redis (away, or slower than"
+            " this process's writes)",
+            dropped - left,
+            MAX_QUEUED,
+        )
 
     @property
     def _held(self) -> int:
@@ -474,10 +481,11 @@ class RedisLog:
 
     def _take(self) -> tuple[list[tuple[str, _Pending]], list[bytes]]:
         """The next batch: the pending writes of the runs a ``sync`` waits for, then of
-        those pending longest, each run's whole, up to ``BATCH`` entries (a pack, an event
-        or a marker each) and ``FULL`` writes (a run that alone has more is taken in part);
-        and the batch framed (``_framed``), with a renewal of the expiry of each run's
-        stream that needs one."""
+        those pending longest, up to ``BATCH`` entries (a pack, an event or a marker each)
+        and ``FULL`` writes, each run's whole but the last one's, taken in part if that
+        fills the batch (a run with many writes is not passed over, nor a batch sent short
+        of a backlog); and the batch framed (``_framed``), with a renewal of the expiry of
+        each run's stream that needs one."""
         taken: list[tuple[str, _Pending]] = []
         parts: list[Event | _Marker | Pack] = []
         refreshes: list[bytes] = []
@@ -492,10 +500,10 @@ class RedisLog:
             room = BATCH - len(parts) - len(refreshes)
             if len(pending) <= room and pending.writes <= FULL - writes:
                 del self._pending[run_id]
-            elif taken:
-                break
-            else:  # it alone fills the batch; the rest stays pending
-                pending = pending.split_off(room, FULL)
+            else:  # its first writes fill the batch; the rest stays pending
+                pending = pending.split_off(room, FULL - writes)
+                if not pending:
+                    break
             taken.append((run_id, pending))
             parts += pending
             writes += pending.writes
