@@ -4,6 +4,7 @@ at a gap rather than skip it, and gets what was written while Redis was away."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -936,6 +937,26 @@ async def test_a_batch_is_filled_with_the_first_writes_of_a_run_that_does_not_fi
     ]
     assert sent == backlog, "every token of the backlog once, in order"
     assert "run_b" not in writer._pending
+
+
+async def test_a_batch_whose_last_entry_went_to_a_renewal_takes_no_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that fills a batch's last entries (``BATCH``, here 4) and whose stream's
+    expiry is due for renewal takes one entry more; the next run waits for the next batch,
+    none of its writes squeezed in (a batch is one script that Redis runs while every other
+    process waits)."""
+    monkeypatch.setattr(redis_log, "BATCH", 4)
+    writer = log_of(Redis(), "unused")  # nothing is sent
+    for seq in range(1, 5):
+        writer.append(StepStarted(run_id="run_a", seq=seq, ts=0.0, step=seq))
+    writer._touched["run_a"] = time.monotonic() - redis_log.REFRESH_EXPIRY - 1
+    for seq in range(1, 11):
+        writer.append(StepStarted(run_id="run_b", seq=seq, ts=0.0, step=seq))
+    taken, framed = writer._take()
+    assert [(run_id, pending.writes) for run_id, pending in taken] == [("run_a", 4)]
+    assert len(framed) == 5, "its four events and the renewal"
+    assert writer._pending["run_b"].writes == 10
 
 
 async def test_a_dead_processs_run_is_sealed_with_the_events_its_stream_lacks(

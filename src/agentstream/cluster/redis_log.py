@@ -12,14 +12,14 @@ process, each batch one call of a script that applies it inside Redis: while a b
 its way the next one gathers, for ``GATHER`` seconds from the start of the one before at
 least while it holds a write of a run another process follows (``followed``),
 ``QUIET_GATHER`` while it holds none. A run's consecutive tokens are kept packed as they
-come (``Pack``) and a batch takes what each run queued whole, so they go as one entry
-however many runs write at once, and a token costs its place in a pack and its share of the
-pack's JSON and of one command. (The script names its keys in its arguments: one Redis
-server, with replicas or not, not a Redis Cluster.) A stream is trimmed to its last
-``max_events`` seqs (about), kept for ``IDLE_EXPIRY`` seconds after its expiry was last
-renewed (every ``REFRESH_EXPIRY`` seconds while the run writes), and ``retention`` seconds
-after it ends. Whatever the stream no longer holds, a viewer reads from the store
-(``Subscription.starts_after``).
+come (``Pack``) and a batch takes what each run queued whole (the last run's in part, where
+it fills the batch), so they go as one entry however many runs write at once, and a token
+costs its place in a pack and its share of the pack's JSON and of one command. (The script
+names its keys in its arguments: one Redis server, with replicas or not, not a Redis
+Cluster.) A stream is trimmed to its last ``max_events`` seqs (about), kept for
+``IDLE_EXPIRY`` seconds after its expiry was last renewed (every ``REFRESH_EXPIRY`` seconds
+while the run writes), and ``retention`` seconds after it ends. Whatever the stream no
+longer holds, a viewer reads from the store (``Subscription.starts_after``).
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ at 4,096 a round trip, one with 2,000 streams (60,000 tokens a second) fell behi
 its oldest writes were dropped (``MAX_QUEUED``)."""
 
 MAX_QUEUED = 200_000
-"""Writes kept while Redis is away; past this, the oldest events go, those of the runs
-queued longest, but for a stream's start and end (a viewer in another process then finds a
-gap: it reads past it, as past a hole; where a restarted Redis lost the stream's start, it
-resumes from the store)."""
+"""Writes kept while Redis is away (or slower than the writes); past this, the oldest events
+go, those of the runs queued longest, but for a stream's start and end (a viewer in another
+process then finds a gap: it reads past it, as past a hole; where a restarted Redis lost the
+stream's start, it resumes from the store)."""
 
 GATHER = 0.002
 """Seconds from one batch's start to the next's at least, while a write queued is of a run
@@ -496,8 +496,10 @@ class RedisLog:
             first = [run_id for run_id in self._hurried if run_id in self._pending]
             runs = chain(first, filterfalse(self._hurried.__contains__, runs))
         for run_id in runs:
-            pending = self._pending[run_id]
             room = BATCH - len(parts) - len(refreshes)
+            if room <= 0:  # full (a renewal may take one entry past it)
+                break
+            pending = self._pending[run_id]
             if len(pending) <= room and pending.writes <= FULL - writes:
                 del self._pending[run_id]
             else:  # its first writes fill the batch; the rest stays pending
